@@ -1,0 +1,89 @@
+// Micro-benchmarks generated from the registry: encode, fused scores and fused value
+// accumulation of every method on one run of blocks (4 query rows, as in 4:1 GQA decode).
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "src/core/rng.h"
+#include "veloxquant/kv/method.h"
+
+namespace {
+
+constexpr int kDim = 128;
+constexpr int kTokens = 4096;
+constexpr int kRows = 4;
+
+struct Fixture {
+  std::unique_ptr<vq::kv::KeyCodec> kc;
+  std::unique_ptr<vq::kv::ValueCodec> vc;
+  std::vector<float> x, states, w;
+  std::vector<uint8_t> kb, vb;
+  explicit Fixture(const std::string& spec) {
+    const vq::kv::Method m = vq::kv::parse_method(spec);
+    kc = m.keys().key_codec({kDim, 0, 1});
+    vc = m.values().value_codec({kDim, 0, 1});
+    vq::Rng rng(1);
+    x.resize(size_t(kTokens) * kDim);
+    for (auto& v : x) v = float(rng.normal());
+    kb.resize(size_t(kTokens / kc->block_tokens()) * kc->block_bytes());
+    vb.resize(size_t(kTokens / vc->block_tokens()) * vc->block_bytes());
+    for (int b = 0; b < kTokens / kc->block_tokens(); ++b) {
+      kc->encode(&x[size_t(b) * kc->block_tokens() * kDim], 0, &kb[size_t(b) * kc->block_bytes()]);
+    }
+    for (int b = 0; b < kTokens / vc->block_tokens(); ++b) {
+      vc->encode(&x[size_t(b) * vc->block_tokens() * kDim], 0, &vb[size_t(b) * vc->block_bytes()]);
+    }
+    states.resize(kRows * kc->query_state_floats());
+    for (int r = 0; r < kRows; ++r) kc->prepare_query(&x[size_t(r) * kDim], &states[r * kc->query_state_floats()]);
+    w.assign(size_t(kRows) * kTokens, 1.0f / kTokens);
+  }
+};
+
+void BM_Encode(benchmark::State& st, std::string spec) {
+  Fixture f(spec);
+  std::vector<uint8_t> out(f.kc->block_bytes());
+  int64_t t = 0;
+  for (auto _ : st) {
+    f.kc->encode(&f.x[size_t(t % (kTokens / f.kc->block_tokens())) * f.kc->block_tokens() * kDim], 0, out.data());
+    benchmark::DoNotOptimize(out.data());
+    ++t;
+  }
+  st.SetItemsProcessed(st.iterations() * f.kc->block_tokens());
+}
+
+void BM_Scores(benchmark::State& st, std::string spec) {
+  Fixture f(spec);
+  std::vector<float> s(size_t(kRows) * kTokens);
+  for (auto _ : st) {
+    f.kc->scores(f.states.data(), kRows, f.kb.data(), 0, 0, kTokens, s.data(), kTokens);
+    benchmark::DoNotOptimize(s.data());
+  }
+  st.SetItemsProcessed(st.iterations() * kTokens);
+  st.SetBytesProcessed(st.iterations() * int64_t(f.kb.size()));
+}
+
+void BM_Accumulate(benchmark::State& st, std::string spec) {
+  Fixture f(spec);
+  std::vector<float> acc(size_t(kRows) * f.vc->accum_floats());
+  for (auto _ : st) {
+    f.vc->accumulate(f.w.data(), kTokens, kRows, f.vb.data(), 0, 0, kTokens, acc.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  st.SetItemsProcessed(st.iterations() * kTokens);
+  st.SetBytesProcessed(st.iterations() * int64_t(f.vb.size()));
+}
+
+const int registered = [] {
+  for (const vq::kv::MethodDef* def : vq::kv::registered_methods()) {
+    for (const std::string& spec : {def->info.name, def->info.name + ":rot=1"}) {
+      benchmark::RegisterBenchmark(("encode/" + spec).c_str(), BM_Encode, spec);
+      benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec);
+      benchmark::RegisterBenchmark(("accumulate/" + spec).c_str(), BM_Accumulate, spec);
+    }
+  }
+  return 0;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

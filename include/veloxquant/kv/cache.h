@@ -1,0 +1,111 @@
+// The KV cache of one layer (and a container for all layers), compressed by a Method.
+//
+// Per KV head the cache holds, in position order:
+//   1. sink tokens in fp16 (the method's sink_tokens(), kept forever),
+//   2. compressed blocks: packed codes and per-group parameters only,
+//   3. a residual window of the newest tokens in fp16, which flushes its oldest
+//      block_tokens() tokens into a block whenever it holds keep + block_tokens().
+// Keys and values are separate streams with their own codec, block size and window.
+// Positions are contiguous from 0. A layer with a sliding window drops whole pages of blocks
+// that no future query can see.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "veloxquant/kv/codec.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::kv {
+
+struct LayerConfig {
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int layer_index = 0;
+  // Attend only to the last `sliding_window` positions (0: the whole context).
+  int sliding_window = 0;
+};
+
+// Bytes actually allocated, by role.
+struct MemoryUsage {
+  size_t block_bytes = 0;   // compressed pages (capacity, including any unfilled tail)
+  size_t window_bytes = 0;  // fp16 residual windows (capacity)
+  size_t sink_bytes = 0;    // fp16 sink tokens (capacity)
+  size_t param_bytes = 0;   // codec state (rotations, codebooks)
+  // Elements (token x head x channel) held in compressed blocks, for keys and for values, and
+  // all elements retained (keys plus values, in any form).
+  int64_t key_elements_compressed = 0;
+  int64_t value_elements_compressed = 0;
+  int64_t elements_retained = 0;
+  size_t total() const { return block_bytes + window_bytes + sink_bytes + param_bytes; }
+  MemoryUsage& operator+=(const MemoryUsage& o);
+};
+
+class TokenStream;
+
+class LayerCache {
+ public:
+  LayerCache(const Method& method, const LayerConfig& config);
+  ~LayerCache();
+  LayerCache(LayerCache&&) noexcept;
+  LayerCache& operator=(LayerCache&&) noexcept;
+
+  const LayerConfig& config() const { return config_; }
+  const KeyCodec& key_codec() const { return *key_codec_; }
+  const ValueCodec& value_codec() const { return *value_codec_; }
+
+  // Appends n tokens at positions n_tokens() .. n_tokens()+n-1.
+  // k and v are [n][n_kv_heads][head_dim].
+  void append(const float* k, const float* v, int n);
+  int64_t n_tokens() const { return n_tokens_; }
+  void clear();
+  MemoryUsage memory() const;
+
+  // Attention of n_q query tokens over the cache as stored. q and out are
+  // [n_q][n_q_heads][head_dim]; query token i sits at position q_pos[i] and sees positions
+  // p <= q_pos[i] (and p > q_pos[i] - sliding_window when the layer has one). scores are
+  // scale * q.k. Query head h reads KV head h / (n_q_heads / n_kv_heads).
+  void attend(const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale,
+              float* out) const;
+
+  // The same attention computed the plain way: every block decoded to floats, then an ordinary
+  // softmax in double precision. The oracle the fused path is tested against.
+  void attend_reference(const float* q, int n_q, int n_q_heads, const int64_t* q_pos,
+                        float scale, float* out) const;
+
+  // What the cache holds for one KV head, decoded: keys and values [n][head_dim] and their
+  // positions.
+  void decode_head(int head, std::vector<float>* keys, std::vector<float>* values,
+                   std::vector<int64_t>* positions) const;
+
+  // Internal: the two streams of a head (used by the attention kernel).
+  const TokenStream& key_stream(int head) const;
+  const TokenStream& value_stream(int head) const;
+
+ private:
+  LayerConfig config_;
+  std::unique_ptr<KeyCodec> key_codec_;
+  std::unique_ptr<ValueCodec> value_codec_;
+  std::vector<std::unique_ptr<TokenStream>> keys_, values_;
+  int64_t n_tokens_ = 0;
+};
+
+// All layers of a model.
+class KvCache {
+ public:
+  KvCache(const Method& method, const std::vector<LayerConfig>& layers);
+  size_t n_layers() const { return layers_.size(); }
+  LayerCache& layer(size_t i) { return layers_[i]; }
+  const LayerCache& layer(size_t i) const { return layers_[i]; }
+  const Method& method() const { return method_; }
+  void clear();
+  MemoryUsage memory() const;
+
+ private:
+  Method method_;
+  std::vector<LayerCache> layers_;
+};
+
+}  // namespace vq::kv

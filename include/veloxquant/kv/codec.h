@@ -1,0 +1,74 @@
+// The codec contract: how a method stores a block of keys or values as packed bytes, and how
+// attention reads those bytes directly (scores for keys, weighted sums for values).
+//
+// A block is `block_tokens()` consecutive tokens of one KV head, stored in `block_bytes()` bytes:
+// packed codes plus the per-group parameters the method needs, and nothing else. Blocks of one
+// head lie back to back in memory, so a run of blocks can be scored in one call: token i of a
+// run lives in block i / block_tokens() at slot i % block_tokens().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace vq::kv {
+
+// What a codec is built for: the shape of one layer's heads and a seed for anything random.
+struct CodecContext {
+  int head_dim = 0;
+  int layer = 0;
+  uint64_t seed = 0;
+};
+
+class KeyCodec {
+ public:
+  virtual ~KeyCodec() = default;
+
+  virtual int head_dim() const = 0;
+  virtual int block_tokens() const = 0;
+  virtual size_t block_bytes() const = 0;
+  // Bytes of fixed state the codec keeps for the layer (rotation signs, codebooks), counted
+  // in the cache's memory.
+  virtual size_t param_bytes() const { return 0; }
+
+  // keys: [block_tokens][head_dim] at absolute positions pos0, pos0+1, ...
+  virtual void encode(const float* keys, int64_t pos0, uint8_t* block) const = 0;
+  // Plain reference decode of a whole block to [block_tokens][head_dim] (tests, debugging).
+  virtual void decode(const uint8_t* block, int64_t pos0, float* keys) const = 0;
+
+  // Work done once per query per step (a rotation, a sketch, a lookup table): the state has
+  // query_state_floats() floats and is what `scores` reads.
+  virtual size_t query_state_floats() const = 0;
+  virtual void prepare_query(const float* q, float* state) const = 0;
+
+  // For n_q prepared queries (states[r * query_state_floats()]), writes q.k of tokens [i0, i1)
+  // of the run starting at `blocks` (whose token 0 has position pos0) to
+  // out[r * out_stride + (i - i0)], computed from the packed codes.
+  virtual void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0,
+                      int64_t i0, int64_t i1, float* out, size_t out_stride) const = 0;
+};
+
+class ValueCodec {
+ public:
+  virtual ~ValueCodec() = default;
+
+  virtual int head_dim() const = 0;
+  virtual int block_tokens() const = 0;
+  virtual size_t block_bytes() const = 0;
+  virtual size_t param_bytes() const { return 0; }
+
+  virtual void encode(const float* values, int64_t pos0, uint8_t* block) const = 0;
+  virtual void decode(const uint8_t* block, int64_t pos0, float* values) const = 0;
+
+  // Attention keeps, per query, an accumulator of accum_floats() floats in the codec's own
+  // space (for a rotated codec the rotated space; for a vector quantizer one weight per
+  // centroid) and maps it back to head_dim values once at the end with `finalize`.
+  virtual size_t accum_floats() const = 0;
+  // acc[r * accum_floats() + ...] += sum over i in [i0, i1) of w[r * w_stride + (i - i0)] * v_i.
+  virtual void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks,
+                          int64_t pos0, int64_t i0, int64_t i1, float* acc) const = 0;
+  // out[r * head_dim + j] = the head_dim values the accumulator of query r stands for.
+  virtual void finalize(const float* acc, int n_q, float* out) const = 0;
+};
+
+}  // namespace vq::kv

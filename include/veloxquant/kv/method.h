@@ -1,0 +1,82 @@
+// Methods and their spec strings. A spec names a method and its parameters,
+// `name[:key=value[,key=value...]]` (e.g. `q4:rot=1`), or gives keys and values separate
+// methods, `k=SPEC,v=SPEC` (e.g. `k=q8,v=q4`). Spec strings are stable: they appear in reports.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+enum class ParamType { kInt, kFloat, kBool };
+
+struct ParamInfo {
+  std::string name;
+  ParamType type = ParamType::kInt;
+  double default_value = 0;
+  double min = 0, max = 0;  // inclusive range
+  std::string help;
+};
+
+struct MethodInfo {
+  std::string name;
+  std::string summary;
+  std::vector<ParamInfo> params;
+};
+
+using ParamValues = std::map<std::string, double>;
+
+// One side (keys or values) of a parsed spec: the method's own object, built from its values.
+class MethodImpl {
+ public:
+  virtual ~MethodImpl() = default;
+  virtual std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const = 0;
+  virtual std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const = 0;
+  // Bits per stored element of a compressed token, from the method's formula (not from the
+  // codec's byte layout, so a test can hold one to the other).
+  virtual double key_bits(int head_dim) const = 0;
+  virtual double value_bits(int head_dim) const = 0;
+  // Residual-window policy: after a flush, `*_keep` newest tokens stay in fp16; the oldest
+  // block_tokens() leave the window together when it holds keep + block_tokens().
+  virtual int key_keep() const = 0;
+  virtual int value_keep() const = 0;
+  // Leading tokens kept in fp16 forever (attention sinks).
+  virtual int sink_tokens() const { return 0; }
+};
+
+struct MethodDef {
+  MethodInfo info;
+  std::unique_ptr<MethodImpl> (*make)(const ParamValues& values);
+};
+
+// A parsed spec: the key side and the value side (the same method unless `k=...,v=...`).
+class Method {
+ public:
+  Method(std::string spec, std::shared_ptr<const MethodImpl> keys,
+         std::shared_ptr<const MethodImpl> values)
+      : spec_(std::move(spec)), keys_(std::move(keys)), values_(std::move(values)) {}
+
+  // The canonical spec string (parameters at their defaults omitted).
+  const std::string& spec() const { return spec_; }
+  const MethodImpl& keys() const { return *keys_; }
+  const MethodImpl& values() const { return *values_; }
+  int sink_tokens() const;
+  // Average of key and value bits per element for compressed tokens.
+  double bits_per_element(int head_dim) const;
+
+ private:
+  std::string spec_;
+  std::shared_ptr<const MethodImpl> keys_, values_;
+};
+
+// Parses a spec; a bad one throws vq::Error (kind kUsage) naming the bad part.
+Method parse_method(const std::string& spec);
+
+// Every registered method, in registry order.
+const std::vector<const MethodDef*>& registered_methods();
+
+}  // namespace vq::kv

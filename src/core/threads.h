@@ -1,0 +1,20 @@
+// Thread helpers over OpenMP. Work is always split into pieces whose boundaries do not depend on
+// the thread count, so results are identical at any number of threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vq {
+
+void set_num_threads(int n);  // n <= 0: OpenMP's default
+int num_threads();
+
+// Calls fn(i) for i in [0, n), spread over the threads; each i runs exactly once.
+template <typename Fn>
+void parallel_for(int64_t n, Fn&& fn) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+}  // namespace vq

@@ -1,0 +1,113 @@
+// LayerCache and KvCache: codecs per layer, two TokenStreams per KV head, memory accounting.
+#include <fmt/format.h>
+
+#include "src/core/threads.h"
+#include "src/kv/registry.h"
+#include "src/kv/stream.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/cache.h"
+
+namespace vq::kv {
+
+MemoryUsage& MemoryUsage::operator+=(const MemoryUsage& o) {
+  block_bytes += o.block_bytes;
+  window_bytes += o.window_bytes;
+  sink_bytes += o.sink_bytes;
+  param_bytes += o.param_bytes;
+  key_elements_compressed += o.key_elements_compressed;
+  value_elements_compressed += o.value_elements_compressed;
+  elements_retained += o.elements_retained;
+  return *this;
+}
+
+LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config_(config) {
+  VQ_CHECK(config.n_kv_heads > 0 && config.head_dim > 0,
+           fmt::format("layer {}: n_kv_heads and head_dim must be positive", config.layer_index));
+  VQ_CHECK(config.sliding_window >= 0, "sliding_window must be >= 0");
+  CodecContext kctx{config.head_dim, config.layer_index, 0};
+  CodecContext vctx = kctx;
+  kctx.seed = layer_seed(0, config.layer_index, 0);
+  vctx.seed = layer_seed(0, config.layer_index, 1);
+  key_codec_ = method.keys().key_codec(kctx);
+  value_codec_ = method.values().value_codec(vctx);
+  const int sinks = method.sink_tokens();
+  for (int h = 0; h < config.n_kv_heads; ++h) {
+    keys_.push_back(std::make_unique<TokenStream>(config.head_dim, key_codec_->block_tokens(),
+                                                  key_codec_->block_bytes(),
+                                                  method.keys().key_keep(), sinks));
+    values_.push_back(std::make_unique<TokenStream>(
+        config.head_dim, value_codec_->block_tokens(), value_codec_->block_bytes(),
+        method.values().value_keep(), sinks));
+  }
+}
+
+LayerCache::~LayerCache() = default;
+LayerCache::LayerCache(LayerCache&&) noexcept = default;
+LayerCache& LayerCache::operator=(LayerCache&&) noexcept = default;
+
+void LayerCache::append(const float* k, const float* v, int n) {
+  VQ_CHECK(n >= 0, "append: negative token count");
+  const int H = config_.n_kv_heads, d = config_.head_dim;
+  if (config_.sliding_window > 0) {
+    // Queries from now on sit at positions >= n_tokens_, so they see nothing before this.
+    const int64_t first_visible = n_tokens_ - config_.sliding_window + 1;
+    for (int h = 0; h < H; ++h) {
+      keys_[h]->evict_before(first_visible);
+      values_[h]->evict_before(first_visible);
+    }
+  }
+  const BlockEncoder kenc = [this](const float* x, int64_t p, uint8_t* b) { key_codec_->encode(x, p, b); };
+  const BlockEncoder venc = [this](const float* x, int64_t p, uint8_t* b) { value_codec_->encode(x, p, b); };
+  // Each head (and K vs V) is independent: encoding runs in parallel over 2*H streams.
+  parallel_for(2 * H, [&](int64_t job) {
+    const int h = int(job / 2);
+    const bool is_key = job % 2 == 0;
+    TokenStream& s = is_key ? *keys_[h] : *values_[h];
+    const float* src = is_key ? k : v;
+    for (int i = 0; i < n; ++i) s.push(src + (size_t(i) * H + h) * d, is_key ? kenc : venc);
+  });
+  n_tokens_ += n;
+}
+
+void LayerCache::clear() {
+  for (auto& s : keys_) s->clear();
+  for (auto& s : values_) s->clear();
+  n_tokens_ = 0;
+}
+
+MemoryUsage LayerCache::memory() const {
+  MemoryUsage m;
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    for (const TokenStream* s : {keys_[h].get(), values_[h].get()}) {
+      m.block_bytes += s->page_bytes();
+      m.window_bytes += s->window_bytes();
+      m.sink_bytes += s->sink_bytes();
+    }
+    const int64_t d = config_.head_dim;
+    m.key_elements_compressed += keys_[h]->compressed_tokens() * d;
+    m.value_elements_compressed += values_[h]->compressed_tokens() * d;
+    m.elements_retained += (keys_[h]->retained_tokens() + values_[h]->retained_tokens()) * d;
+  }
+  m.param_bytes = key_codec_->param_bytes() + value_codec_->param_bytes();
+  return m;
+}
+
+const TokenStream& LayerCache::key_stream(int head) const { return *keys_[size_t(head)]; }
+const TokenStream& LayerCache::value_stream(int head) const { return *values_[size_t(head)]; }
+
+KvCache::KvCache(const Method& method, const std::vector<LayerConfig>& layers) : method_(method) {
+  layers_.reserve(layers.size());
+  for (const auto& c : layers) layers_.emplace_back(method_, c);
+}
+
+void KvCache::clear() {
+  for (auto& l : layers_) l.clear();
+}
+
+MemoryUsage KvCache::memory() const {
+  MemoryUsage m;
+  for (const auto& l : layers_) m += l.memory();
+  return m;
+}
+
+}  // namespace vq::kv

@@ -1,0 +1,67 @@
+// Baseline MethodImpl: wraps per-token codecs, adding rotation and window policy.
+#include "src/kv/methods/baseline.h"
+
+#include <fmt/format.h>
+
+#include "src/core/hadamard.h"
+#include "src/kv/rotation.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+namespace {
+
+class BaselineMethod final : public MethodImpl {
+ public:
+  BaselineMethod(BaselineCodecs codecs, const ParamValues& v)
+      : codecs_(std::move(codecs)),
+        rot_(param_bool(v, "rot")),
+        seed_(uint64_t(param_int(v, "seed"))),
+        residual_(param_int(v, "residual")),
+        sink_(param_int(v, "sink")) {}
+
+  std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
+    auto c = codecs_.key(ctx.head_dim);
+    if (rot_) {
+      check_rotatable(ctx.head_dim);
+      c = rotate_keys(std::move(c), layer_seed(seed_, ctx.layer, 0));
+    }
+    return c;
+  }
+  std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
+    auto c = codecs_.value(ctx.head_dim);
+    if (rot_) {
+      check_rotatable(ctx.head_dim);
+      c = rotate_values(std::move(c), layer_seed(seed_, ctx.layer, 1));
+    }
+    return c;
+  }
+  double key_bits(int head_dim) const override { return codecs_.bits(head_dim); }
+  double value_bits(int head_dim) const override { return codecs_.bits(head_dim); }
+  int key_keep() const override { return residual_; }
+  int value_keep() const override { return residual_; }
+  int sink_tokens() const override { return sink_; }
+
+ private:
+  static void check_rotatable(int d) {
+    VQ_CHECK(is_power_of_two(size_t(d)),
+             fmt::format("rot=1 needs a power-of-two head_dim, got {}", d));
+  }
+  BaselineCodecs codecs_;
+  bool rot_;
+  uint64_t seed_;
+  int residual_, sink_;
+};
+
+}  // namespace
+
+std::unique_ptr<MethodImpl> make_baseline(BaselineCodecs codecs, const ParamValues& values) {
+  return std::make_unique<BaselineMethod>(std::move(codecs), values);
+}
+
+std::vector<ParamInfo> baseline_params() {
+  auto p = rotation_params();
+  for (auto& w : window_params()) p.push_back(w);
+  return p;
+}
+
+}  // namespace vq::kv

@@ -1,0 +1,131 @@
+// q4: 4-bit codes per group of 32 channels with an fp16 scale (4.5 bits), like llama.cpp q4_0.
+// Per token (a block is one token), symmetric round-to-nearest per group; see group_formats.h
+// for the byte layout. Optional randomized Hadamard rotation (rot=1).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/q4.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/kv/methods/group_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+
+void Q4Scores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens, size_t tok_bytes,
+              int64_t n, int d, float* out, size_t out_stride) {
+  GroupScores<Q4Format>(q, n_q, q_stride, tokens, tok_bytes, n, d, out, out_stride);
+}
+void Q4Accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* tokens,
+                  size_t tok_bytes, int64_t n, int d, float* acc, size_t acc_stride) {
+  GroupAccumulate<Q4Format>(w, w_stride, n_q, tokens, tok_bytes, n, d, acc, acc_stride);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cmath>
+
+#include "src/kv/methods/baseline.h"
+
+namespace vq::kv {
+HWY_EXPORT(Q4Scores);
+HWY_EXPORT(Q4Accumulate);
+
+namespace {
+
+// Like quantize_row_q4_0: the signed value of largest magnitude maps to code 0 (-8 * scale),
+// scale = max / -8, codes = floor(x / scale + 8.5) clamped to 0..15, scale stored as fp16.
+void encode_token(const float* x, int d, uint8_t* out) {
+  for (int g = 0; g * kQuantGroup < d; ++g) {
+    const int gs = std::min(kQuantGroup, d - g * kQuantGroup);
+    const float* xg = x + g * kQuantGroup;
+    uint8_t* gp = out + size_t(g) * Q4Format::group_bytes(kQuantGroup);
+    float amax = 0.0f, vmax = 0.0f;
+    for (int j = 0; j < gs; ++j) {
+      if (std::fabs(xg[j]) > amax) {
+        amax = std::fabs(xg[j]);
+        vmax = xg[j];
+      }
+    }
+    const float scale = vmax / -8.0f;
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const uint16_t h = f32_to_f16(scale);
+    std::memcpy(gp, &h, 2);
+    const int half = (gs + 1) / 2;
+    std::memset(gp + 2, 0, size_t(half));
+    for (int j = 0; j < gs; ++j) {
+      const int c = std::clamp(int(std::floor(xg[j] * inv + 8.5f)), 0, 15);
+      if (j < half) {
+        gp[2 + j] = uint8_t(gp[2 + j] | c);
+      } else {
+        gp[2 + j - half] = uint8_t(gp[2 + j - half] | (c << 4));
+      }
+    }
+  }
+}
+
+using Fmt = Q4Format;
+
+class Q4KeyCodec final : public KeyCodec {
+ public:
+  explicit Q4KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return bytes_; }
+  void encode(const float* keys, int64_t, uint8_t* block) const override { encode_token(keys, d_, block); }
+  void decode(const uint8_t* block, int64_t, float* keys) const override { decode_token<Fmt>(block, d_, keys); }
+  size_t query_state_floats() const override { return size_t(d_); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+              float* out, size_t out_stride) const override {
+    HWY_DYNAMIC_DISPATCH(Q4Scores)(states, n_q, size_t(d_), blocks + size_t(i0) * bytes_, bytes_,
+                                   i1 - i0, d_, out, out_stride);
+  }
+
+ private:
+  int d_;
+  size_t bytes_;
+};
+
+class Q4ValueCodec final : public ValueCodec {
+ public:
+  explicit Q4ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return bytes_; }
+  void encode(const float* values, int64_t, uint8_t* block) const override { encode_token(values, d_, block); }
+  void decode(const uint8_t* block, int64_t, float* values) const override { decode_token<Fmt>(block, d_, values); }
+  size_t accum_floats() const override { return size_t(d_); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t,
+                  int64_t i0, int64_t i1, float* acc) const override {
+    HWY_DYNAMIC_DISPATCH(Q4Accumulate)(w, w_stride, n_q, blocks + size_t(i0) * bytes_, bytes_,
+                                       i1 - i0, d_, acc, size_t(d_));
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * d_, out);
+  }
+
+ private:
+  int d_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+const MethodDef& q4_method() {
+  static const MethodDef def{
+      {"q4", "4-bit per group of 32 with an fp16 scale (llama.cpp q4_0)", baseline_params()},
+      [](const ParamValues& v) {
+        return make_baseline({[](int d) { return std::make_unique<Q4KeyCodec>(d); },
+                              [](int d) { return std::make_unique<Q4ValueCodec>(d); },
+                              [](int d) { return grouped_bits<Fmt>(d); }},
+                             v);
+      }};
+  return def;
+}
+
+}  // namespace vq::kv
+#endif

@@ -1,0 +1,119 @@
+// q8: int8 codes per group of 32 channels with an fp16 scale (8.5 bits), like llama.cpp q8_0.
+// Per token (a block is one token), symmetric round-to-nearest per group; see group_formats.h
+// for the byte layout. Optional randomized Hadamard rotation (rot=1).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/q8.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/kv/methods/group_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+
+void Q8Scores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens, size_t tok_bytes,
+              int64_t n, int d, float* out, size_t out_stride) {
+  GroupScores<Q8Format>(q, n_q, q_stride, tokens, tok_bytes, n, d, out, out_stride);
+}
+void Q8Accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* tokens,
+                  size_t tok_bytes, int64_t n, int d, float* acc, size_t acc_stride) {
+  GroupAccumulate<Q8Format>(w, w_stride, n_q, tokens, tok_bytes, n, d, acc, acc_stride);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cmath>
+
+#include "src/kv/methods/baseline.h"
+
+namespace vq::kv {
+HWY_EXPORT(Q8Scores);
+HWY_EXPORT(Q8Accumulate);
+
+namespace {
+
+// Like quantize_row_q8_0: scale = amax / 127, codes = round(x / scale), scale stored as fp16.
+void encode_token(const float* x, int d, uint8_t* out) {
+  for (int g = 0; g * kQuantGroup < d; ++g) {
+    const int gs = std::min(kQuantGroup, d - g * kQuantGroup);
+    const float* xg = x + g * kQuantGroup;
+    uint8_t* gp = out + size_t(g) * Q8Format::group_bytes(kQuantGroup);
+    float amax = 0.0f;
+    for (int j = 0; j < gs; ++j) amax = std::max(amax, std::fabs(xg[j]));
+    const float scale = amax / 127.0f;
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    const uint16_t h = f32_to_f16(scale);
+    std::memcpy(gp, &h, 2);
+    for (int j = 0; j < gs; ++j) {
+      const float c = std::clamp(std::nearbyint(xg[j] * inv), -127.0f, 127.0f);
+      gp[2 + j] = uint8_t(int8_t(c));
+    }
+  }
+}
+
+using Fmt = Q8Format;
+
+class Q8KeyCodec final : public KeyCodec {
+ public:
+  explicit Q8KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return bytes_; }
+  void encode(const float* keys, int64_t, uint8_t* block) const override { encode_token(keys, d_, block); }
+  void decode(const uint8_t* block, int64_t, float* keys) const override { decode_token<Fmt>(block, d_, keys); }
+  size_t query_state_floats() const override { return size_t(d_); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+              float* out, size_t out_stride) const override {
+    HWY_DYNAMIC_DISPATCH(Q8Scores)(states, n_q, size_t(d_), blocks + size_t(i0) * bytes_, bytes_,
+                                   i1 - i0, d_, out, out_stride);
+  }
+
+ private:
+  int d_;
+  size_t bytes_;
+};
+
+class Q8ValueCodec final : public ValueCodec {
+ public:
+  explicit Q8ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return bytes_; }
+  void encode(const float* values, int64_t, uint8_t* block) const override { encode_token(values, d_, block); }
+  void decode(const uint8_t* block, int64_t, float* values) const override { decode_token<Fmt>(block, d_, values); }
+  size_t accum_floats() const override { return size_t(d_); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t,
+                  int64_t i0, int64_t i1, float* acc) const override {
+    HWY_DYNAMIC_DISPATCH(Q8Accumulate)(w, w_stride, n_q, blocks + size_t(i0) * bytes_, bytes_,
+                                       i1 - i0, d_, acc, size_t(d_));
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * d_, out);
+  }
+
+ private:
+  int d_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+const MethodDef& q8_method() {
+  static const MethodDef def{
+      {"q8", "int8 per group of 32 with an fp16 scale (llama.cpp q8_0)", baseline_params()},
+      [](const ParamValues& v) {
+        return make_baseline({[](int d) { return std::make_unique<Q8KeyCodec>(d); },
+                              [](int d) { return std::make_unique<Q8ValueCodec>(d); },
+                              [](int d) { return grouped_bits<Fmt>(d); }},
+                             v);
+      }};
+  return def;
+}
+
+}  // namespace vq::kv
+#endif

@@ -1,0 +1,45 @@
+// The list of methods. Adding a method is one line here plus its own file.
+#include "src/kv/registry.h"
+
+#include "src/core/rng.h"
+
+namespace vq::kv {
+
+const std::vector<const MethodDef*>& registered_methods() {
+  static const std::vector<const MethodDef*> methods = {
+      &fp16_method(),
+      &bf16_method(),
+      &q8_method(),
+      &q4_method(),
+  };
+  return methods;
+}
+
+std::vector<ParamInfo> window_params() {
+  return {
+      {"residual", ParamType::kInt, 0, 0, 1 << 20, "newest tokens kept in fp16 (residual window)"},
+      {"sink", ParamType::kInt, 0, 0, 1 << 16, "leading tokens kept in fp16 (attention sinks)"},
+  };
+}
+
+std::vector<ParamInfo> rotation_params() {
+  return {
+      {"rot", ParamType::kBool, 0, 0, 1, "randomized Hadamard rotation of K and V (query rotated)"},
+      {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's random signs"},
+  };
+}
+
+uint64_t layer_seed(uint64_t seed, int layer, int side) {
+  uint64_t s = seed * 0x100000001b3ull + uint64_t(layer) * 2 + uint64_t(side);
+  return splitmix64(s);
+}
+
+int Method::sink_tokens() const {
+  return std::max(keys_->sink_tokens(), values_->sink_tokens());
+}
+
+double Method::bits_per_element(int head_dim) const {
+  return 0.5 * (keys_->key_bits(head_dim) + values_->value_bits(head_dim));
+}
+
+}  // namespace vq::kv

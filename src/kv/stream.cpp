@@ -1,0 +1,117 @@
+// TokenStream. Pages hold a fixed number of blocks (about 256 tokens), so memory grows in
+// small steps and a sliding-window layer can free what it no longer needs.
+#include "src/kv/stream.h"
+
+#include <algorithm>
+
+#include "src/core/fp16.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+
+namespace {
+constexpr int64_t kPageTokens = 256;
+}
+
+TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks)
+    : d_(head_dim),
+      block_tokens_(block_tokens),
+      keep_(keep),
+      sinks_capacity_(sinks),
+      block_bytes_(block_bytes),
+      blocks_per_page_(std::max<int64_t>(1, (kPageTokens + block_tokens - 1) / block_tokens)),
+      sinks_(size_t(sinks) * head_dim),
+      window_(size_t(keep + block_tokens) * head_dim),
+      scratch_(size_t(block_tokens) * head_dim) {
+  VQ_ASSERT(head_dim > 0 && block_tokens > 0 && keep >= 0 && sinks >= 0);
+}
+
+void TokenStream::push(const float* x, const BlockEncoder& encode) {
+  if (n_sink_ < sinks_capacity_) {
+    f32_to_f16(x, sinks_.data() + size_t(n_sink_) * d_, size_t(d_));
+    ++n_sink_;
+    return;
+  }
+  const int64_t cap = keep_ + block_tokens_;
+  const int64_t slot = (win_start_ + win_count_) % cap;
+  f32_to_f16(x, window_.data() + size_t(slot) * d_, size_t(d_));
+  ++win_count_;
+  if (win_count_ == cap) flush(encode);
+}
+
+void TokenStream::flush(const BlockEncoder& encode) {
+  const int64_t cap = keep_ + block_tokens_;
+  for (int i = 0; i < block_tokens_; ++i) {
+    const int64_t slot = (win_start_ + i) % cap;
+    f16_to_f32(window_.data() + size_t(slot) * d_, scratch_.data() + size_t(i) * d_, size_t(d_));
+  }
+  const int64_t in_page = (n_blocks_ - first_block_) % blocks_per_page_;
+  if (in_page == 0) pages_.emplace_back(size_t(blocks_per_page_) * block_bytes_);
+  uint8_t* block = pages_.back().data() + size_t(in_page) * block_bytes_;
+  encode(scratch_.data(), block_pos(n_blocks_), block);
+  ++n_blocks_;
+  win_start_ = (win_start_ + block_tokens_) % cap;
+  win_count_ -= block_tokens_;
+}
+
+void TokenStream::evict_before(int64_t pos) {
+  // Keep at least the page being filled.
+  while (pages_.size() > 1 && block_pos(first_block_ + blocks_per_page_) <= pos) {
+    pages_.pop_front();
+    first_block_ += blocks_per_page_;
+  }
+}
+
+void TokenStream::clear() {
+  n_sink_ = 0;
+  pages_.clear();
+  first_block_ = n_blocks_ = 0;
+  win_start_ = win_count_ = 0;
+}
+
+int64_t TokenStream::retained_tokens() const { return n_sink_ + compressed_tokens() + win_count_; }
+
+size_t TokenStream::page_bytes() const {
+  size_t total = 0;
+  for (const auto& p : pages_) total += p.bytes();
+  return total;
+}
+
+void TokenStream::segments(std::vector<Segment>* out) const {
+  out->clear();
+  if (n_sink_ > 0) {
+    Segment s;
+    s.pos_begin = 0;
+    s.pos_end = n_sink_;
+    s.half = sinks_.data();
+    out->push_back(s);
+  }
+  int64_t b = first_block_;
+  for (const auto& page : pages_) {
+    const int64_t nb = std::min(blocks_per_page_, n_blocks_ - b);
+    if (nb <= 0) break;
+    Segment s;
+    s.compressed = true;
+    s.pos_begin = s.run_pos0 = block_pos(b);
+    s.pos_end = block_pos(b + nb);
+    s.blocks = page.data();
+    out->push_back(s);
+    b += nb;
+  }
+  const int64_t cap = keep_ + block_tokens_;
+  int64_t pos = block_pos(n_blocks_);
+  int64_t left = win_count_, slot = win_start_;
+  while (left > 0) {
+    const int64_t run = std::min(left, cap - slot);
+    Segment s;
+    s.pos_begin = pos;
+    s.pos_end = pos + run;
+    s.half = window_.data() + size_t(slot) * d_;
+    out->push_back(s);
+    pos += run;
+    left -= run;
+    slot = 0;
+  }
+}
+
+}  // namespace vq::kv

@@ -1,0 +1,66 @@
+// TokenStream: the storage of one KV head's keys (or values) in one layer:
+// fp16 sinks | pages of compressed blocks | fp16 residual window (a ring).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "src/core/aligned_buffer.h"
+
+namespace vq::kv {
+
+// A run of tokens stored one way, covering positions [pos_begin, pos_end).
+struct Segment {
+  bool compressed = false;
+  int64_t pos_begin = 0, pos_end = 0;
+  // fp16 rows: row of position p at half + (p - pos_begin) * head_dim.
+  const uint16_t* half = nullptr;
+  // Compressed: a run of whole blocks whose token 0 has position run_pos0.
+  const uint8_t* blocks = nullptr;
+  int64_t run_pos0 = 0;
+};
+
+using BlockEncoder = std::function<void(const float* x, int64_t pos0, uint8_t* block)>;
+
+class TokenStream {
+ public:
+  TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks);
+
+  // Appends the token at the next position; flushes the window's oldest block_tokens() tokens
+  // through `encode` when the window holds keep + block_tokens().
+  void push(const float* x, const BlockEncoder& encode);
+  // Frees whole pages whose tokens all lie before position `pos` (sliding-window layers).
+  void evict_before(int64_t pos);
+  void clear();
+
+  int64_t n_positions() const { return n_sink_ + n_blocks_ * block_tokens_ + win_count_; }
+  int64_t retained_tokens() const;
+  int64_t compressed_tokens() const { return (n_blocks_ - first_block_) * block_tokens_; }
+  // Segments in position order.
+  void segments(std::vector<Segment>* out) const;
+
+  size_t page_bytes() const;
+  size_t window_bytes() const { return window_.bytes(); }
+  size_t sink_bytes() const { return sinks_.bytes(); }
+
+ private:
+  int64_t block_pos(int64_t b) const { return sinks_capacity_ + b * block_tokens_; }
+  void flush(const BlockEncoder& encode);
+
+  int d_, block_tokens_, keep_, sinks_capacity_;
+  size_t block_bytes_;
+  int64_t blocks_per_page_;
+  AlignedBuffer<uint16_t> sinks_;
+  int64_t n_sink_ = 0;
+  std::deque<AlignedBuffer<uint8_t>> pages_;
+  int64_t first_block_ = 0;  // index of the first retained block (start of pages_.front())
+  int64_t n_blocks_ = 0;     // blocks ever written
+  AlignedBuffer<uint16_t> window_;  // ring of keep + block_tokens rows
+  int64_t win_start_ = 0, win_count_ = 0;
+  std::vector<float> scratch_;
+};
+
+}  // namespace vq::kv

@@ -1,0 +1,155 @@
+// Fused streaming attention against the plain reference (decode everything, softmax in double):
+// decode and prefill, GQA, sliding windows, residual windows and sinks, outlier-heavy keys,
+// contexts long enough to be split into chunks; and bit-identical results at 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "src/core/rng.h"
+#include "src/core/threads.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/cache.h"
+
+namespace vq::kv {
+namespace {
+
+struct Case {
+  std::string spec;
+  int q_heads = 8, kv_heads = 2, d = 64;
+  int window = 0;
+  int64_t ctx = 300;
+  int ubatch = 64;   // tokens appended per call; the queries of a call attend after it
+  bool outliers = false;
+};
+
+std::vector<float> rows(size_t n, int heads, int d, Rng& rng, bool outliers) {
+  std::vector<float> x(n * heads * d);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int c = int(i % size_t(d));
+    x[i] = float(rng.normal()) * (outliers && c % 16 == 1 ? 12.0f : 1.0f) + (outliers && c == 2 ? 5.0f : 0.0f);
+  }
+  return x;
+}
+
+double rel_err(const float* a, const float* b, int d) {
+  double num = 0, den = 0;
+  for (int j = 0; j < d; ++j) {
+    num += std::pow(double(a[j]) - b[j], 2);
+    den += double(b[j]) * b[j];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Runs the cache like an engine: append a micro-batch, attend its queries, repeat. Returns the
+// largest relative error of fused against reference over all outputs.
+double run_case(const Case& c, std::vector<float>* outputs = nullptr, bool check = true) {
+  SCOPED_TRACE(c.spec);
+  Rng rng(c.ctx * 31 + c.d);
+  LayerCache cache(parse_method(c.spec), {c.kv_heads, c.d, 1, c.window});
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  double worst = 0;
+  for (int64_t t = 0; t < c.ctx; t += c.ubatch) {
+    const int n = int(std::min<int64_t>(c.ubatch, c.ctx - t));
+    const auto k = rows(size_t(n), c.kv_heads, c.d, rng, c.outliers);
+    const auto v = rows(size_t(n), c.kv_heads, c.d, rng, false);
+    const auto q = rows(size_t(n), c.q_heads, c.d, rng, false);
+    cache.append(k.data(), v.data(), n);
+    std::vector<int64_t> pos(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) pos[i] = t + i;
+    std::vector<float> fused(q.size()), ref(q.size());
+    cache.attend(q.data(), n, c.q_heads, pos.data(), scale, fused.data());
+    if (check) cache.attend_reference(q.data(), n, c.q_heads, pos.data(), scale, ref.data());
+    for (int i = 0; check && i < n * c.q_heads; ++i) {
+      worst = std::max(worst, rel_err(&fused[size_t(i) * c.d], &ref[size_t(i) * c.d], c.d));
+    }
+    if (outputs) outputs->insert(outputs->end(), fused.begin(), fused.end());
+  }
+  return worst;
+}
+
+const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4",
+                        "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1"};
+
+TEST(Attention, FusedEqualsReferenceDecodeAndPrefill) {
+  for (const char* spec : kSpecs) {
+    for (int ubatch : {1, 50}) {
+      Case c{spec};
+      c.ubatch = ubatch;
+      c.ctx = ubatch == 1 ? 140 : 300;
+      EXPECT_LT(run_case(c), 1e-4) << spec << " ubatch " << ubatch;
+    }
+  }
+}
+
+TEST(Attention, OutlierHeavyKeys) {
+  for (const char* spec : kSpecs) {
+    Case c{spec};
+    c.outliers = true;
+    EXPECT_LT(run_case(c), 1e-4) << spec;
+  }
+}
+
+TEST(Attention, GroupedQueryShapes) {
+  for (auto [qh, kvh] : std::vector<std::pair<int, int>>{{4, 4}, {8, 1}, {6, 3}}) {
+    Case c{"q4:rot=1"};
+    c.q_heads = qh;
+    c.kv_heads = kvh;
+    c.d = 128;
+    EXPECT_LT(run_case(c), 1e-4) << qh << "/" << kvh;
+  }
+}
+
+TEST(Attention, SlidingWindow) {
+  for (const char* spec : {"fp16", "q4", "q8:residual=16,sink=1", "q4:rot=1,residual=5"}) {
+    for (int ubatch : {1, 40}) {
+      Case c{spec};
+      c.window = 37;
+      c.ubatch = ubatch;
+      c.ctx = 700;  // long enough that whole pages are dropped
+      EXPECT_LT(run_case(c), 1e-4) << spec << " ubatch " << ubatch;
+    }
+  }
+}
+
+TEST(Attention, SlidingWindowFreesMemory) {
+  LayerCache cache(parse_method("q4"), {1, 64, 0, 100});
+  std::vector<float> x(64, 1.0f);
+  for (int i = 0; i < 5000; ++i) cache.append(x.data(), x.data(), 1);
+  // Only the window (plus at most two pages) is kept.
+  EXPECT_LT(cache.memory().key_elements_compressed, int64_t(100 + 2 * 256) * 64);
+}
+
+TEST(Attention, LongContextIsChunkedAndMerged) {
+  Case c{"q4"};
+  c.ctx = 9000;  // three position chunks for a decode query
+  c.ubatch = 3000;
+  c.q_heads = 4;
+  c.kv_heads = 1;
+  EXPECT_LT(run_case(c), 1e-4);
+}
+
+TEST(Attention, SameResultAtAnyThreadCount) {
+  for (const char* spec : {"fp16", "q4:rot=1", "q8:residual=9,sink=2"}) {
+    Case c{spec};
+    c.ctx = 5000;
+    c.ubatch = 1000;
+    std::vector<float> one, two;
+    set_num_threads(1);
+    run_case(c, &one, false);
+    set_num_threads(2);
+    run_case(c, &two, false);
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_TRUE(one == two) << spec;
+  }
+}
+
+TEST(Attention, RejectsBadHeadRatio) {
+  LayerCache cache(parse_method("fp16"), {3, 16, 0, 0});
+  std::vector<float> q(16 * 4), out(q.size());
+  const int64_t pos = 0;
+  EXPECT_THROW(cache.attend(q.data(), 1, 4, &pos, 1.0f, out.data()), Error);
+}
+
+}  // namespace
+}  // namespace vq::kv

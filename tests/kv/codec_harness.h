@@ -1,0 +1,164 @@
+// Checks every codec must pass, shared by the per-method tests: fused scores and value
+// accumulation equal decode-then-dot, extreme inputs, and an encode/decode error band.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "src/core/rng.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::kv::testing {
+
+enum class Data { kGaussian, kOutliers, kZeros, kConstant, kHuge };
+
+inline std::vector<float> make_data(Data kind, size_t rows, int d, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(rows * size_t(d));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int c = int(i % size_t(d));
+    switch (kind) {
+      case Data::kGaussian: x[i] = float(rng.normal()); break;
+      case Data::kOutliers: x[i] = float(rng.normal()) * (c % 37 == 3 ? 25.0f : 1.0f) + (c == 5 ? 8.0f : 0.0f); break;
+      case Data::kZeros: x[i] = 0.0f; break;
+      case Data::kConstant: x[i] = 0.75f; break;
+      case Data::kHuge: x[i] = float(rng.normal()) * 6.0e3f; break;  // near fp16's limit
+    }
+  }
+  return x;
+}
+
+struct Encoded {
+  std::vector<uint8_t> bytes;
+  int64_t tokens = 0;
+};
+
+template <typename Codec>
+Encoded encode_run(const Codec& c, const std::vector<float>& x, int64_t pos0) {
+  const int B = c.block_tokens(), d = c.head_dim();
+  const int64_t blocks = int64_t(x.size() / size_t(d)) / B;
+  Encoded e;
+  e.tokens = blocks * B;
+  e.bytes.resize(size_t(blocks) * c.block_bytes());
+  for (int64_t b = 0; b < blocks; ++b) {
+    c.encode(x.data() + size_t(b) * B * d, pos0 + b * B, e.bytes.data() + size_t(b) * c.block_bytes());
+  }
+  return e;
+}
+
+template <typename Codec>
+std::vector<float> decode_run(const Codec& c, const Encoded& e, int64_t pos0) {
+  const int B = c.block_tokens(), d = c.head_dim();
+  std::vector<float> out(size_t(e.tokens) * d);
+  for (int64_t b = 0; b < e.tokens / B; ++b) {
+    c.decode(e.bytes.data() + size_t(b) * c.block_bytes(), pos0 + b * B, out.data() + size_t(b) * B * d);
+  }
+  return out;
+}
+
+inline double norm(const float* x, int d) {
+  double s = 0;
+  for (int j = 0; j < d; ++j) s += double(x[j]) * x[j];
+  return std::sqrt(s);
+}
+
+// Fused scores and accumulation against decode-then-dot, on a run of about `tokens` tokens,
+// over sub-ranges that start and end inside blocks.
+inline void check_fused_equals_reference(const std::string& spec, int d, Data kind, uint64_t seed,
+                                         int tokens = 96, int n_q = 5) {
+  SCOPED_TRACE(spec + " d=" + std::to_string(d));
+  const Method m = parse_method(spec);
+  const CodecContext ctx{d, 3, seed};
+  const auto kc = m.keys().key_codec(ctx);
+  const auto vc = m.values().value_codec(ctx);
+  const int64_t pos0 = 17;
+  const auto kx = make_data(kind, size_t(tokens), d, seed);
+  const auto vx = make_data(kind, size_t(tokens), d, seed + 1);
+  const Encoded ke = encode_run(*kc, kx, pos0), ve = encode_run(*vc, vx, pos0);
+  const auto kd = decode_run(*kc, ke, pos0), vd = decode_run(*vc, ve, pos0);
+  for (float v : kd) ASSERT_TRUE(std::isfinite(v));
+  for (float v : vd) ASSERT_TRUE(std::isfinite(v));
+  const auto q = make_data(Data::kGaussian, size_t(n_q), d, seed + 2);
+  std::vector<float> states(size_t(n_q) * kc->query_state_floats());
+  for (int r = 0; r < n_q; ++r) kc->prepare_query(q.data() + size_t(r) * d, states.data() + r * kc->query_state_floats());
+
+  const int64_t n = ke.tokens;
+  for (auto [i0, i1] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {1, n - 3}, {n / 2, n / 2 + 1}, {5, 5}}) {
+    if (i1 < i0 || i1 > n) continue;
+    std::vector<float> s(size_t(n_q) * size_t(n + 1), 0.0f);
+    kc->scores(states.data(), n_q, ke.bytes.data(), pos0, i0, i1, s.data(), size_t(n + 1));
+    for (int r = 0; r < n_q; ++r) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double ref = 0;
+        for (int j = 0; j < d; ++j) ref += double(q[size_t(r) * d + j]) * kd[size_t(i) * d + j];
+        const double bound = 1e-5 * norm(&q[size_t(r) * d], d) * norm(&kd[size_t(i) * d], d) + 1e-30;
+        ASSERT_LE(std::fabs(s[size_t(r) * (n + 1) + (i - i0)] - ref), bound) << "score r=" << r << " i=" << i;
+      }
+    }
+  }
+  const int64_t nv = ve.tokens;
+  for (auto [i0, i1] : std::vector<std::pair<int64_t, int64_t>>{{0, nv}, {2, nv - 1}}) {
+    const auto w = make_data(Data::kGaussian, size_t(n_q), int(nv), seed + 3);
+    std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.0f), out(size_t(n_q) * d);
+    vc->accumulate(w.data() + i0, size_t(nv), n_q, ve.bytes.data(), pos0, i0, i1, acc.data());
+    vc->finalize(acc.data(), n_q, out.data());
+    for (int r = 0; r < n_q; ++r) {
+      double bound = 0;
+      std::vector<double> ref(size_t(d), 0.0);
+      for (int64_t i = i0; i < i1; ++i) {
+        const double wi = w[size_t(r) * nv + i];
+        for (int j = 0; j < d; ++j) ref[j] += wi * vd[size_t(i) * d + j];
+        bound += std::fabs(wi) * norm(&vd[size_t(i) * d], d);
+      }
+      double err = 0;
+      for (int j = 0; j < d; ++j) err += std::pow(out[size_t(r) * d + j] - ref[j], 2);
+      ASSERT_LE(std::sqrt(err), 1e-5 * bound + 1e-30) << "accumulate r=" << r;
+    }
+  }
+}
+
+// Relative reconstruction error ||x - decode(encode(x))||^2 / ||x||^2 over Gaussian tokens.
+inline double relative_mse(const std::string& spec, int d, bool keys, Data kind = Data::kGaussian) {
+  const Method m = parse_method(spec);
+  const CodecContext ctx{d, 0, 1};
+  const auto x = make_data(kind, 256, d, 99);
+  std::vector<float> y;
+  if (keys) {
+    const auto c = m.keys().key_codec(ctx);
+    y = decode_run(*c, encode_run(*c, x, 0), 0);
+  } else {
+    const auto c = m.values().value_codec(ctx);
+    y = decode_run(*c, encode_run(*c, x, 0), 0);
+  }
+  double num = 0, den = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    num += std::pow(double(x[i]) - y[i], 2);
+    den += double(x[i]) * x[i];
+  }
+  return num / den;
+}
+
+// The bytes a codec writes per block agree with the method's bits-per-element formula.
+inline void check_block_bytes_match_formula(const std::string& spec, int d) {
+  const Method m = parse_method(spec);
+  const CodecContext ctx{d, 0, 1};
+  const auto kc = m.keys().key_codec(ctx);
+  const auto vc = m.values().value_codec(ctx);
+  EXPECT_DOUBLE_EQ(double(kc->block_bytes()) * 8 / (double(kc->block_tokens()) * d), m.keys().key_bits(d));
+  EXPECT_DOUBLE_EQ(double(vc->block_bytes()) * 8 / (double(vc->block_tokens()) * d), m.values().value_bits(d));
+}
+
+inline void check_all(const std::string& spec, const std::vector<int>& dims) {
+  for (int d : dims) {
+    for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
+      check_fused_equals_reference(spec, d, kind, 1000 + uint64_t(d) + uint64_t(kind));
+    }
+    check_block_bytes_match_formula(spec, d);
+  }
+}
+
+}  // namespace vq::kv::testing

@@ -1,0 +1,65 @@
+// Memory accounting: bytes really allocated for compressed blocks agree with each method's
+// bits-per-element formula (within 2% at 32,768 tokens), windows and sinks counted apart.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "src/core/rng.h"
+#include "veloxquant/kv/cache.h"
+
+namespace vq::kv {
+namespace {
+
+void check_formula(const std::string& spec, int d, int64_t tokens) {
+  SCOPED_TRACE(spec);
+  const Method m = parse_method(spec);
+  const int H = 2;
+  LayerCache cache(m, {H, d, 0, 0});
+  std::vector<float> k(size_t(1024) * H * d), v(k.size());
+  Rng rng(3);
+  for (auto& x : k) x = float(rng.normal());
+  for (auto& x : v) x = float(rng.normal());
+  for (int64_t t = 0; t < tokens; t += 1024) cache.append(k.data(), v.data(), int(std::min<int64_t>(1024, tokens - t)));
+  const MemoryUsage mem = cache.memory();
+  const double formula = mem.key_elements_compressed * m.keys().key_bits(d) / 8 +
+                         mem.value_elements_compressed * m.values().value_bits(d) / 8;
+  EXPECT_NEAR(double(mem.block_bytes), formula, 0.02 * formula);
+  EXPECT_EQ(mem.elements_retained, 2 * tokens * H * d);
+  // Nothing is compressed twice or lost: compressed + window + sinks cover every token.
+  EXPECT_LE(mem.key_elements_compressed, tokens * H * d);
+}
+
+TEST(Memory, BlocksMatchFormulaAt32kTokens) {
+  for (const char* spec : {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4"}) {
+    check_formula(spec, 128, 32768);
+  }
+  check_formula("q4", 80, 32768);
+  check_formula("q4:residual=128,sink=4", 128, 32768);
+}
+
+TEST(Memory, WindowAndSinksCountedApart) {
+  const Method m = parse_method("q4:residual=128,sink=4");
+  LayerCache cache(m, {1, 64, 0, 0});
+  std::vector<float> x(64 * 300, 0.5f);
+  cache.append(x.data(), x.data(), 300);
+  const MemoryUsage mem = cache.memory();
+  // Window capacity keep + 1 rows of fp16 per stream, sinks 4 rows, for keys and values.
+  EXPECT_EQ(mem.window_bytes, 2u * ((129 * 64 * 2 + 63) / 64 * 64));
+  EXPECT_EQ(mem.sink_bytes, 2u * 4 * 64 * 2);
+  EXPECT_EQ(mem.key_elements_compressed, (300 - 4 - 128) * 64);
+}
+
+TEST(Memory, CompressedIsSmaller) {
+  const int d = 128;
+  std::vector<float> x(size_t(4096) * d, 1.0f);
+  size_t fp16 = 0, q4 = 0;
+  for (const char* spec : {"fp16", "q4"}) {
+    LayerCache c(parse_method(spec), {1, d, 0, 0});
+    c.append(x.data(), x.data(), 4096);
+    (std::string(spec) == "fp16" ? fp16 : q4) = c.memory().total();
+  }
+  EXPECT_NEAR(double(fp16) / double(q4), 16.0 / 4.5, 0.05);
+}
+
+}  // namespace
+}  // namespace vq::kv

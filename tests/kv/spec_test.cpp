@@ -1,0 +1,58 @@
+// Spec strings: canonical forms, key/value splits, and errors that name the bad part.
+#include <gtest/gtest.h>
+
+#include "veloxquant/error.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::kv {
+namespace {
+
+TEST(Spec, CanonicalFormOmitsDefaults) {
+  EXPECT_EQ(parse_method("q4").spec(), "q4");
+  EXPECT_EQ(parse_method("q4:rot=0").spec(), "q4");
+  EXPECT_EQ(parse_method("q4:rot=1").spec(), "q4:rot=1");
+  EXPECT_EQ(parse_method("q4:sink=4,rot=true").spec(), "q4:rot=1,sink=4");
+  EXPECT_EQ(parse_method("k=q8,v=q4:rot=1").spec(), "k=q8,v=q4:rot=1");
+}
+
+TEST(Spec, RoundTripsForEveryMethod) {
+  for (const MethodDef* def : registered_methods()) {
+    const std::string s = parse_method(def->info.name).spec();
+    EXPECT_EQ(parse_method(s).spec(), s);
+  }
+}
+
+TEST(Spec, SplitKeysAndValues) {
+  const Method m = parse_method("k=q8,v=q4");
+  EXPECT_DOUBLE_EQ(m.keys().key_bits(128), 8.5);
+  EXPECT_DOUBLE_EQ(m.values().value_bits(128), 4.5);
+  EXPECT_DOUBLE_EQ(m.bits_per_element(128), 6.5);
+}
+
+void expect_usage_error(const std::string& spec, const std::string& fragment) {
+  try {
+    parse_method(spec);
+    FAIL() << spec << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+  }
+}
+
+TEST(Spec, ErrorsNameTheBadPart) {
+  expect_usage_error("q4:bits=x", "'bits'");
+  expect_usage_error("nosuch", "'nosuch'");
+  expect_usage_error("q4:rot=2", "rot=2");
+  expect_usage_error("q4:rot=x", "rot=x");
+  expect_usage_error("q4:residual=-1", "residual=-1");
+  expect_usage_error("q4:rot", "'rot'");
+  expect_usage_error("q4:", "''");
+  expect_usage_error("q4:rot=1,rot=0", "twice");
+  expect_usage_error("k=q4", "',v=SPEC'");
+  expect_usage_error("k=q4,v=nosuch", "'nosuch'");
+  expect_usage_error("", "unknown method ''");
+}
+
+}  // namespace
+}  // namespace vq::kv
