@@ -13,11 +13,11 @@ namespace HWY_NAMESPACE {
 
 void Q4Scores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens, size_t tok_bytes,
               int64_t n, int d, float* out, size_t out_stride) {
-  GroupScores<Q4Format>(q, n_q, q_stride, tokens, tok_bytes, n, d, out, out_stride);
+  FusedScores<Q4Loader>(q, n_q, q_stride, tokens, tok_bytes, n, d, out, out_stride);
 }
 void Q4Accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* tokens,
                   size_t tok_bytes, int64_t n, int d, float* acc, size_t acc_stride) {
-  GroupAccumulate<Q4Format>(w, w_stride, n_q, tokens, tok_bytes, n, d, acc, acc_stride);
+  FusedAccumulate<Q4Loader>(w, w_stride, n_q, tokens, tok_bytes, n, d, acc, acc_stride);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -1,0 +1,225 @@
+// Fused attention kernels written once over a "token loader": the per-format code that turns a
+// token's stored bytes into float vectors, 32 channels (one group) at a time. Used by the
+// 16-bit float codecs and the grouped baselines; included once per Highway target.
+//
+// Scores: a tile of kTok tokens x kRows query rows keeps kTok*kRows independent accumulators
+// (so the FMA latency chain never limits), and their horizontal sums are taken four at a time
+// with one interleave tree. Accumulation: a strip of 64 channels x kRows rows stays in registers
+// while the tokens stream past. Rows of the stream are prefetched ahead: a cache read from
+// memory is latency bound otherwise.
+//
+// A loader L provides:
+//   using Scale = ...;                                 per-group state (e.g. the broadcast scale)
+//   Scale LoadScale(df, const uint8_t* tok, int g)
+//   Vec   Load(df, const uint8_t* tok, int g, int first, const Scale&)   channels 32g+first..+N
+//   float Value(const uint8_t* tok, int d, int j)      scalar, any channel (tails)
+#if defined(VQ_KV_FUSED_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef VQ_KV_FUSED_KERNELS_INL_H_
+#undef VQ_KV_FUSED_KERNELS_INL_H_
+#else
+#define VQ_KV_FUSED_KERNELS_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kFusedGroup = 32;
+constexpr int64_t kPrefetchTokens = 32;
+
+HWY_INLINE void PrefetchBytes(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) hwy::Prefetch(p + o);
+}
+
+#if HWY_TARGET == HWY_SCALAR
+constexpr int kScoreTokens = 1;
+#else
+constexpr int kScoreTokens = 4;
+#endif
+
+// Sums of the lanes of a, b, c, e into out[0..3] (an interleave tree, then the 128-bit blocks).
+template <class DF>
+HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> e,
+                            float* HWY_RESTRICT out, size_t stride) {
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(a);
+  out[stride] = hn::GetLane(b);
+  out[2 * stride] = hn::GetLane(c);
+  out[3 * stride] = hn::GetLane(e);
+  (void)df;
+#else
+  const hn::Repartition<double, DF> dd;
+  const auto ab = hn::Add(hn::InterleaveLower(df, a, b), hn::InterleaveUpper(df, a, b));
+  const auto ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
+  const auto lo = hn::BitCast(df, hn::InterleaveLower(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce)));
+  const auto hi = hn::BitCast(df, hn::InterleaveUpper(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce)));
+  auto s = hn::Add(lo, hi);  // [sum a, sum b, sum c, sum e] in every 128-bit block
+  alignas(64) float buf[hn::MaxLanes(df)];
+  hn::Store(s, df, buf);
+  const size_t N = hn::Lanes(df);
+  for (int k = 0; k < 4; ++k) {
+    float t = buf[k];
+    for (size_t blk = 4; blk < N; blk += 4) t += buf[blk + k];
+    out[k * stride] = t;
+  }
+#endif
+}
+
+template <class L, int kRows, int kTok>
+HWY_INLINE void ScoresTile(const float* HWY_RESTRICT q, size_t q_stride, const uint8_t* HWY_RESTRICT tok,
+                           size_t tok_bytes, int full_groups, float* HWY_RESTRICT out,
+                           size_t out_stride) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  using V = hn::Vec<decltype(df)>;
+  V acc[kRows][kTok];
+  for (int r = 0; r < kRows; ++r) {
+    for (int u = 0; u < kTok; ++u) acc[r][u] = hn::Zero(df);
+  }
+  for (int u = 0; u < kTok; ++u) PrefetchBytes(tok + (kPrefetchTokens + u) * tok_bytes, tok_bytes);
+  for (int g = 0; g < full_groups; ++g) {
+    typename L::Scale sc[kTok];
+    for (int u = 0; u < kTok; ++u) sc[u] = L::LoadScale(df, tok + u * tok_bytes, g);
+    for (int k = 0; k < kFusedGroup; k += N) {
+      V x[kTok];
+      for (int u = 0; u < kTok; ++u) x[u] = L::Load(df, tok + u * tok_bytes, g, k, sc[u]);
+      for (int r = 0; r < kRows; ++r) {
+        const V qv = hn::LoadU(df, q + r * q_stride + g * kFusedGroup + k);
+        for (int u = 0; u < kTok; ++u) acc[r][u] = hn::MulAdd(qv, x[u], acc[r][u]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    if constexpr (kTok == 4) {
+      SumOfLanes4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], out + r * out_stride, 1);
+    } else {
+      for (int u = 0; u < kTok; ++u) out[r * out_stride + u] = hn::GetLane(hn::SumOfLanes(df, acc[r][u]));
+    }
+  }
+}
+
+// out[r * out_stride + t] = q_r . x_t for tokens t in [0, n) stored tok_bytes apart.
+template <class L, int kRows>
+HWY_INLINE void ScoresRows(const float* HWY_RESTRICT q, size_t q_stride, const uint8_t* HWY_RESTRICT tokens,
+                           size_t tok_bytes, int64_t n, int d, float* HWY_RESTRICT out,
+                           size_t out_stride) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  const int full = kFusedGroup % N == 0 ? d / kFusedGroup : 0;
+  int64_t t = 0;
+  for (; t + kScoreTokens <= n; t += kScoreTokens) {
+    ScoresTile<L, kRows, kScoreTokens>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, full,
+                                       out + t, out_stride);
+  }
+  for (; t < n; ++t) {
+    ScoresTile<L, kRows, 1>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, full, out + t, out_stride);
+  }
+  if (full * kFusedGroup < d) {  // channels past the last full group
+    for (t = 0; t < n; ++t) {
+      const uint8_t* tok = tokens + size_t(t) * tok_bytes;
+      for (int r = 0; r < kRows; ++r) {
+        float s = 0;
+        for (int j = full * kFusedGroup; j < d; ++j) s += q[r * q_stride + j] * L::Value(tok, d, j);
+        out[r * out_stride + t] += s;
+      }
+    }
+  }
+}
+
+template <class L>
+void FusedScores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens, size_t tok_bytes,
+                 int64_t n, int d, float* out, size_t out_stride) {
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) {
+    ScoresRows<L, 4>(q + r * q_stride, q_stride, tokens, tok_bytes, n, d, out + r * out_stride, out_stride);
+  }
+  for (; r < n_q; ++r) {
+    ScoresRows<L, 1>(q + r * q_stride, q_stride, tokens, tok_bytes, n, d, out + r * out_stride, out_stride);
+  }
+}
+
+// acc rows += w * x over tokens; kVecs vectors of channels starting at group g0 stay in registers.
+template <class L, int kRows, int kVecs>
+HWY_INLINE void AccumulateStrip(const float* HWY_RESTRICT w, size_t w_stride, const uint8_t* HWY_RESTRICT tokens,
+                                size_t tok_bytes, int64_t n, int c0, float* HWY_RESTRICT acc,
+                                size_t acc_stride, bool prefetch) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  using V = hn::Vec<decltype(df)>;
+  V a[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < kVecs; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + c0 + k * N);
+  }
+  const int g_first = c0 / kFusedGroup;
+  const int g_last = (c0 + kVecs * N - 1) / kFusedGroup;
+  for (int64_t t = 0; t < n; ++t) {
+    const uint8_t* tok = tokens + size_t(t) * tok_bytes;
+    if (prefetch) PrefetchBytes(tok + kPrefetchTokens * tok_bytes, tok_bytes);
+    typename L::Scale sc[4];
+    for (int g = g_first; g <= g_last; ++g) sc[g - g_first] = L::LoadScale(df, tok, g);
+    V wv[kRows];
+    for (int r = 0; r < kRows; ++r) wv[r] = hn::Set(df, w[r * w_stride + t]);
+    for (int k = 0; k < kVecs; ++k) {
+      const int c = c0 + k * N, g = c / kFusedGroup;
+      const V x = L::Load(df, tok, g, c % kFusedGroup, sc[g - g_first]);
+      for (int r = 0; r < kRows; ++r) a[r][k] = hn::MulAdd(wv[r], x, a[r][k]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < kVecs; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + c0 + k * N);
+  }
+}
+
+template <class L, int kRows>
+HWY_INLINE void AccumulateRows(const float* HWY_RESTRICT w, size_t w_stride, const uint8_t* HWY_RESTRICT tokens,
+                               size_t tok_bytes, int64_t n, int d, float* HWY_RESTRICT acc,
+                               size_t acc_stride) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  // Strips of 64 channels (at most four vectors, two groups), then single vectors.
+  constexpr int kStrip = HWY_TARGET == HWY_SCALAR ? 1 : 4;
+  const int full = kFusedGroup % N == 0 ? d / kFusedGroup * kFusedGroup : 0;
+  const int strip = kStrip * N <= 2 * kFusedGroup ? kStrip * N : N;
+  int c = 0;
+  bool first = true;
+  if (strip == kStrip * N) {
+    for (; c + strip <= full; c += strip, first = false) {
+      AccumulateStrip<L, kRows, kStrip>(w, w_stride, tokens, tok_bytes, n, c, acc, acc_stride, first);
+    }
+  }
+  for (; c + N <= full; c += N, first = false) {
+    AccumulateStrip<L, kRows, 1>(w, w_stride, tokens, tok_bytes, n, c, acc, acc_stride, first);
+  }
+  for (; c < d; ++c) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float x = L::Value(tokens + size_t(t) * tok_bytes, d, c);
+      for (int r = 0; r < kRows; ++r) acc[r * acc_stride + c] += w[r * w_stride + t] * x;
+    }
+  }
+}
+
+template <class L>
+void FusedAccumulate(const float* w, size_t w_stride, int n_q, const uint8_t* tokens, size_t tok_bytes,
+                     int64_t n, int d, float* acc, size_t acc_stride) {
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) {
+    AccumulateRows<L, 4>(w + r * w_stride, w_stride, tokens, tok_bytes, n, d, acc + r * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) {
+    AccumulateRows<L, 1>(w + r * w_stride, w_stride, tokens, tok_bytes, n, d, acc + r * acc_stride, acc_stride);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#endif  // VQ_KV_FUSED_KERNELS_INL_H_
