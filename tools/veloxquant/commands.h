@@ -12,5 +12,6 @@ using Runner = std::function<int()>;
 
 Runner add_methods_command(CLI::App& app);
 Runner add_attn_bench_command(CLI::App& app);
+Runner add_inspect_command(CLI::App& app);
 
 }  // namespace vq::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   const auto add = [&](vq::cli::Runner r) { runners[app.get_subcommands({}).back()] = std::move(r); };
   add(vq::cli::add_methods_command(app));
   add(vq::cli::add_attn_bench_command(app));
+  add(vq::cli::add_inspect_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
