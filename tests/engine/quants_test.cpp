@@ -33,9 +33,9 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, uint64_t seed) {
         finite(p + 2);
         break;
       case GgmlType::kF16:
+      case GgmlType::kBF16:
         for (int i = 0; i < info->block_bytes; i += 2) finite(p + i);
         break;
-      case GgmlType::kBF16: break;
       default: finite(p); break;
     }
   }
@@ -75,6 +75,57 @@ TEST(Dequant, Q5_0HighBits) {
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_EQ(y[16], 0.0f);
   EXPECT_EQ(y[1], -16.0f);
+}
+
+}  // namespace
+}  // namespace vq::engine
+
+#include <cmath>
+
+#include "src/core/threads.h"
+#include "src/engine/matmul.h"
+
+namespace vq::engine {
+namespace {
+
+TEST(Matmul, EqualsReferenceForEveryType) {
+  for (GgmlType t : kTypes) {
+    for (int64_t n_tok : {1, 3, 4, 9}) {
+      const int64_t rows = 37, cols = 512;
+      std::vector<uint8_t> data;
+      for (int64_t r = 0; r < rows; ++r) {
+        auto row = random_row(t, cols, uint64_t(r) * 7 + uint64_t(t));
+        data.insert(data.end(), row.begin(), row.end());
+      }
+      const Weight w{uint32_t(t), rows, cols, data.data(), row_bytes(uint32_t(t), cols)};
+      Rng rng(5);
+      std::vector<float> x(size_t(n_tok * cols)), y(size_t(n_tok * rows)), ref(y.size()), row(static_cast<size_t>(cols));
+      for (auto& v : x) v = float(rng.normal());
+      matmul(w, x.data(), n_tok, y.data());
+      matmul_reference(w, x.data(), n_tok, ref.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row_scalar(uint32_t(t), data.data() + size_t(r) * w.row_bytes, row.data(), cols);
+        for (int64_t k = 0; k < n_tok; ++k) {
+          double bound = 0;
+          for (int64_t c = 0; c < cols; ++c) bound += std::fabs(double(row[size_t(c)]) * x[size_t(k * cols + c)]);
+          ASSERT_LE(std::fabs(y[size_t(k * rows + r)] - ref[size_t(k * rows + r)]), 1e-5 * bound + 1e-30)
+              << ggml_type_info(uint32_t(t))->name << " r=" << r << " t=" << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, SameResultAtAnyThreadCount) {
+  const int64_t rows = 300, cols = 256, n_tok = 7;
+  auto data = random_row(GgmlType::kQ4_K, rows * cols, 3);
+  const Weight w{uint32_t(GgmlType::kQ4_K), rows, cols, data.data(), row_bytes(uint32_t(GgmlType::kQ4_K), cols)};
+  std::vector<float> x(size_t(n_tok * cols), 0.25f), a(size_t(n_tok * rows)), b(a.size());
+  set_num_threads(1);
+  matmul(w, x.data(), n_tok, a.data());
+  set_num_threads(2);
+  matmul(w, x.data(), n_tok, b.data());
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace

@@ -1,0 +1,124 @@
+// Panel matmul: items of 16 weight rows (boundaries fixed by the shape), each dequantized once
+// into a thread-local panel, then 4 rows x 4 tokens tiles with 16 independent accumulators.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/engine/matmul.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/engine/matmul.h"
+
+#include <vector>
+
+#include "src/core/threads.h"
+#include "src/engine/dequant.h"
+#include "src/engine/quants.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::engine {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// out[r * out_stride + t] = dot(w_r, x_t) for kR rows, kT tokens.
+template <int kR, int kT>
+HWY_INLINE void DotTile(const float* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x,
+                        size_t x_stride, int64_t cols, float* HWY_RESTRICT out, size_t out_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  using V = hn::Vec<decltype(df)>;
+  V acc[kR][kT];
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
+  }
+  int64_t c = 0;
+  for (; c + N <= cols; c += N) {
+    V xv[kT];
+    for (int t = 0; t < kT; ++t) xv[t] = hn::LoadU(df, x + t * x_stride + c);
+    for (int r = 0; r < kR; ++r) {
+      const V wv = hn::LoadU(df, w + r * w_stride + c);
+      for (int t = 0; t < kT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    for (int t = 0; t < kT; ++t) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+      for (int64_t k = c; k < cols; ++k) s += w[r * w_stride + k] * x[t * x_stride + k];
+      out[r * out_stride + t] = s;
+    }
+  }
+}
+
+// Panel of kRows rows (dequantized, stride cols) times all tokens; y row-major [tok][rows_total].
+void PanelTimesTokens(const float* panel, int n_rows, int64_t cols, const float* x, int64_t n_tok,
+                      float* y, int64_t y_stride) {
+  // Tile results land in a small transposed buffer, then scatter to y.
+  float tile[4 * 4];
+  int64_t t = 0;
+  for (; t + 4 <= n_tok; t += 4) {
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+      DotTile<4, 4>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 4);
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 4; ++j) y[(t + j) * y_stride + r + i] = tile[i * 4 + j];
+      }
+    }
+    for (; r < n_rows; ++r) {
+      DotTile<1, 4>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 4);
+      for (int j = 0; j < 4; ++j) y[(t + j) * y_stride + r] = tile[j];
+    }
+  }
+  for (; t < n_tok; ++t) {
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+      DotTile<4, 1>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 1);
+      for (int i = 0; i < 4; ++i) y[t * y_stride + r + i] = tile[i];
+    }
+    for (; r < n_rows; ++r) {
+      DotTile<1, 1>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 1);
+      y[t * y_stride + r] = tile[0];
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::engine
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace vq::engine {
+HWY_EXPORT(PanelTimesTokens);
+
+namespace {
+constexpr int kPanelRows = 16;
+}
+
+void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
+  const int64_t items = (w.rows + kPanelRows - 1) / kPanelRows;
+  parallel_for(items, [&](int64_t item) {
+    thread_local std::vector<float> panel;
+    const int64_t r0 = item * kPanelRows;
+    const int n = int(std::min<int64_t>(kPanelRows, w.rows - r0));
+    panel.resize(size_t(n) * size_t(w.cols));
+    for (int i = 0; i < n; ++i) {
+      dequantize_row(w.type, w.data + size_t(r0 + i) * w.row_bytes, panel.data() + size_t(i) * w.cols, w.cols);
+    }
+    HWY_DYNAMIC_DISPATCH(PanelTimesTokens)(panel.data(), n, w.cols, x, n_tok, y + r0, w.rows);
+  });
+}
+
+void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row_scalar(w.type, w.data + size_t(r) * w.row_bytes, row.data(), w.cols);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      double s = 0;
+      for (int64_t c = 0; c < w.cols; ++c) s += double(row[size_t(c)]) * x[t * w.cols + c];
+      y[t * w.rows + r] = float(s);
+    }
+  }
+}
+
+void weight_row(const Weight& w, int64_t r, float* out) {
+  dequantize_row(w.type, w.data + size_t(r) * w.row_bytes, out, w.cols);
+}
+
+}  // namespace vq::engine
+#endif
