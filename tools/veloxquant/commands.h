@@ -13,5 +13,7 @@ using Runner = std::function<int()>;
 Runner add_methods_command(CLI::App& app);
 Runner add_attn_bench_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
+Runner add_perplexity_command(CLI::App& app);
 
 }  // namespace vq::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   add(vq::cli::add_methods_command(app));
   add(vq::cli::add_attn_bench_command(app));
   add(vq::cli::add_inspect_command(app));
+  add(vq::cli::add_generate_command(app));
+  add(vq::cli::add_perplexity_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,44 @@
+// Model loading: architecture dispatch and checked access to weight tensors.
+#include "src/engine/model.h"
+
+#include <fmt/format.h>
+
+#include "src/engine/quants.h"
+#include "veloxquant/error.h"
+
+namespace vq::engine {
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto f = GgufFile::open(path);
+  const std::string arch = f->get_string("general.architecture");
+  if (arch == "gemma3") return make_gemma3(std::move(f));
+  throw_error(ErrorKind::kData, fmt::format("{}: architecture '{}' is not supported (gemma3 is)", path, arch));
+}
+
+std::vector<kv::LayerConfig> Model::cache_layout() const {
+  std::vector<kv::LayerConfig> out;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    out.push_back({cfg_.n_head_kv, cfg_.head_dim, l, cfg_.swa_layer[size_t(l)] ? cfg_.sliding_window : 0});
+  }
+  return out;
+}
+
+Weight Model::weight(const std::string& name, int64_t rows, int64_t cols) const {
+  const GgufTensor& t = file_->tensor(name);
+  const bool shape_ok = t.shape.size() == 2 && int64_t(t.shape[0]) == cols && int64_t(t.shape[1]) == rows;
+  VQ_CHECK_DATA(shape_ok, fmt::format("{}: tensor '{}' has the wrong shape (want {} x {})", file_->path(), name, cols, rows));
+  VQ_CHECK_DATA(is_supported_weight_type(t.type),
+                fmt::format("{}: tensor '{}' has unsupported type {}", file_->path(), name, ggml_type_info(t.type)->name));
+  return Weight{t.type, rows, cols, t.data, row_bytes(t.type, cols)};
+}
+
+const float* Model::vector(const std::string& name, int64_t n) const {
+  const GgufTensor& t = file_->tensor(name);
+  VQ_CHECK_DATA(t.type == uint32_t(GgmlType::kF32) && int64_t(t.n_elements) == n,
+                fmt::format("{}: tensor '{}' must be F32 with {} elements", file_->path(), name, n));
+  VQ_CHECK_DATA(reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0,
+                fmt::format("{}: tensor '{}' is misaligned", file_->path(), name));
+  return reinterpret_cast<const float*>(t.data);
+}
+
+}  // namespace vq::engine

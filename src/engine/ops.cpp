@@ -1,0 +1,57 @@
+// Per-token operations. Cheap next to the matmuls, so written plainly.
+#include "src/engine/ops.h"
+
+#include <cmath>
+
+#include "src/core/fp16.h"
+
+namespace vq::engine {
+
+void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    double sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) sum += double(xr[i] * xr[i]);
+    const float mean = float(sum / double(d));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    for (int64_t i = 0; i < d; ++i) yr[i] = w ? (xr[i] * scale) * w[i] : xr[i] * scale;
+  }
+}
+
+void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+  const int half = head_dim / 2;
+  const float theta_scale = std::pow(base, -2.0f / float(head_dim));
+  float cs[1024], sn[1024];
+  float theta = float(pos);
+  for (int i = 0; i < half; ++i) {
+    const float t = freq_scale * theta;
+    cs[i] = std::cos(t);
+    sn[i] = std::sin(t);
+    theta *= theta_scale;
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + int64_t(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float x0 = v[i], x1 = v[i + half];
+      v[i] = x0 * cs[i] - x1 * sn[i];
+      v[i + half] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+float gelu_ggml(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  const float xh = f16_to_f32(f32_to_f16(x));
+  const float g = 0.5f * xh * (1.0f + std::tanh(kSqrt2OverPi * xh * (1.0f + kCoefA * xh * xh)));
+  return f16_to_f32(f32_to_f16(g));
+}
+
+void gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_ggml(gate[i]) * up[i];
+}
+
+}  // namespace vq::engine

@@ -1,0 +1,50 @@
+// Session: splits input into micro-batches and tracks the position.
+#include "src/engine/session.h"
+
+#include <fmt/format.h>
+
+#include "veloxquant/error.h"
+
+namespace vq::engine {
+
+Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch)
+    : model_(model), cache_(method, model.cache_layout()), n_ctx_(n_ctx), ubatch_(ubatch) {
+  VQ_CHECK(n_ctx > 0, "context size must be positive");
+  VQ_CHECK(ubatch > 0, "--ubatch must be positive");
+}
+
+void Session::clear() {
+  cache_.clear();
+  n_past_ = 0;
+}
+
+void Session::feed_select(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& want, std::vector<float>* out) {
+  VQ_CHECK(n_past_ + int64_t(tokens.size()) <= n_ctx_,
+           fmt::format("context full: {} tokens in the cache plus {} new exceed the context size {}", n_past_,
+                       tokens.size(), n_ctx_));
+  const int64_t V = model_.config().n_vocab;
+  int64_t n_want = 0;
+  for (uint8_t w : want) n_want += w ? 1 : 0;
+  if (out) out->assign(size_t(n_want * V), 0.0f);
+  int64_t written = 0;
+  for (size_t b = 0; b < tokens.size(); b += size_t(ubatch_)) {
+    const int n = int(std::min<size_t>(size_t(ubatch_), tokens.size() - b));
+    int64_t k = 0;
+    for (int i = 0; i < n; ++i) k += want[b + size_t(i)] ? 1 : 0;
+    model_.forward(tokens.data() + b, n, n_past_, cache_, want.data() + b, out ? out->data() + written * V : nullptr);
+    written += k;
+    n_past_ += n;
+  }
+}
+
+void Session::feed(const std::vector<int32_t>& tokens, std::vector<float>* last, std::vector<float>* all) {
+  std::vector<uint8_t> want(tokens.size(), all ? 1 : 0);
+  if (!want.empty()) want.back() = (all || last) ? 1 : 0;
+  std::vector<float> out;
+  feed_select(tokens, want, &out);
+  const int64_t V = model_.config().n_vocab;
+  if (last && !tokens.empty()) last->assign(out.end() - V, out.end());
+  if (all) *all = std::move(out);
+}
+
+}  // namespace vq::engine

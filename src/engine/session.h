@@ -1,0 +1,39 @@
+// A generation session: a model, its compressed KV cache, and the position reached. Prompts are
+// fed in micro-batches (`ubatch` tokens): a micro-batch's keys and values enter the cache before
+// its queries attend to the cache as stored, as in llama.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "src/engine/model.h"
+#include "veloxquant/kv/cache.h"
+
+namespace vq::engine {
+
+class Session {
+ public:
+  Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch = 512);
+
+  // Feeds tokens at the current position. Logits of the last token go to `last` (if given);
+  // with `all`, logits of every token ([n][n_vocab]). Refuses to run past n_ctx.
+  void feed(const std::vector<int32_t>& tokens, std::vector<float>* last, std::vector<float>* all = nullptr);
+  // Like feed, but only the tokens whose flag is set produce logits, written in order to `out`.
+  void feed_select(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& want, std::vector<float>* out);
+
+  int64_t n_past() const { return n_past_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  void clear();
+  const kv::KvCache& cache() const { return cache_; }
+  const Model& model() const { return model_; }
+
+ private:
+  const Model& model_;
+  kv::KvCache cache_;
+  int64_t n_ctx_;
+  int ubatch_;
+  int64_t n_past_ = 0;
+};
+
+}  // namespace vq::engine

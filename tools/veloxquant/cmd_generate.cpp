@@ -1,0 +1,86 @@
+// `veloxquant generate`: stream a continuation of a prompt with any KV-cache method.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "src/core/threads.h"
+#include "src/engine/sampler.h"
+#include "src/engine/session.h"
+#include "tools/veloxquant/commands.h"
+#include "tools/veloxquant/utf8_stream.h"
+#include "veloxquant/error.h"
+
+namespace vq::cli {
+
+Runner add_generate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from a prompt");
+  struct Opts {
+    std::string model, prompt, kv = "fp16";
+    int n_predict = 64, threads = 2, ubatch = 512;
+    int64_t ctx = 4096;
+    engine::SamplerParams sp;
+    bool show_ids = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--kv", o->kv, "KV-cache method spec (see `veloxquant methods`)");
+  cmd->add_option("-c,--ctx", o->ctx, "Context size (tokens)")->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--ubatch", o->ubatch, "Prompt micro-batch size")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--seed", o->sp.seed, "Sampling seed");
+  cmd->add_option("--temp", o->sp.temperature, "Temperature (0: greedy)")->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_flag("--ids", o->show_ids, "Print the generated token ids on stderr at the end");
+  cmd->callback([o]() { kv::parse_method(o->kv); });
+  return [o]() {
+    set_num_threads(o->threads);
+    const auto model = engine::Model::load(o->model);
+    const kv::Method method = kv::parse_method(o->kv);
+    VQ_CHECK(o->ctx <= model->config().n_ctx_train,
+             fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
+    engine::Session session(*model, method, o->ctx, o->ubatch);
+    engine::Sampler sampler(o->sp);
+    const auto& tok = model->tokenizer();
+    const std::vector<int32_t> prompt = tok.encode(o->prompt);
+    VQ_CHECK(int64_t(prompt.size()) + o->n_predict <= o->ctx,
+             fmt::format("prompt ({} tokens) plus -n {} exceeds the context size {} (raise -c)", prompt.size(),
+                         o->n_predict, o->ctx));
+    Utf8Stream out(stdout);
+    out.write(o->prompt);
+    std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
+    session.feed(prompt, &logits);
+    const auto t1 = std::chrono::steady_clock::now();
+    std::vector<int32_t> generated;
+    for (int i = 0; i < o->n_predict; ++i) {
+      const int32_t id = sampler.sample(logits.data(), model->config().n_vocab);
+      generated.push_back(id);
+      if (tok.is_eog(id)) break;
+      out.write(tok.piece(id));
+      if (i + 1 < o->n_predict) session.feed({id}, &logits);
+    }
+    out.flush();
+    std::printf("\n");
+    const auto t2 = std::chrono::steady_clock::now();
+    const double pf = std::chrono::duration<double>(t1 - t0).count();
+    const double dc = std::chrono::duration<double>(t2 - t1).count();
+    const auto mem = session.cache().memory();
+    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s ({:.1f} tok/s); generated: {} tokens in {:.3f} s ({:.1f} tok/s)\n",
+               prompt.size(), pf, prompt.size() / pf, generated.size(), dc, generated.size() / std::max(dc, 1e-9));
+    fmt::print(stderr, "kv cache {}: {} bytes resident ({} in compressed blocks, {} fp16 window, {} sinks)\n",
+               method.spec(), mem.total(), mem.block_bytes, mem.window_bytes, mem.sink_bytes);
+    if (o->show_ids) {
+      std::string s;
+      for (int32_t id : generated) s += (s.empty() ? "" : " ") + std::to_string(id);
+      fmt::print(stderr, "ids: {}\n", s);
+    }
+    return 0;
+  };
+}
+
+}  // namespace vq::cli
