@@ -15,13 +15,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 template <bool kBF16>
 struct HalfLoader {
-  struct Scale {};
+  struct Scales {};
   template <class DF>
-  static HWY_INLINE Scale LoadScale(DF, const uint8_t*, int) {
-    return {};
-  }
+  static HWY_INLINE void LoadScales(DF, const uint8_t*, int, Scales*) {}
   template <class DF>
-  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int g, int first, Scale) {
+  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int, int g, int first, Scales) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(tok) + g * kFusedGroup + first;
     if constexpr (kBF16) {
       const hn::RebindToUnsigned<DF> du32;

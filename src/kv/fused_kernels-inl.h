@@ -9,10 +9,11 @@
 // memory is latency bound otherwise.
 //
 // A loader L provides:
-//   using Scale = ...;                                 per-group state (e.g. the broadcast scale)
-//   Scale LoadScale(df, const uint8_t* tok, int g)
-//   Vec   Load(df, const uint8_t* tok, int g, int first, const Scale&)   channels 32g+first..+N
-//   float Value(const uint8_t* tok, int d, int j)      scalar, any channel (tails)
+//   using Scales = ...;                                per-token state (e.g. its group scales)
+//   void   LoadScales(df, const uint8_t* tok, int d, Scales* out)
+//   Vec    Load(df, const uint8_t* tok, int d, int g, int first, const Scales&)
+//                                                      channels 32g+first .. +N, as floats
+//   float  Value(const uint8_t* tok, int d, int j)     scalar, any channel (tails)
 #if defined(VQ_KV_FUSED_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef VQ_KV_FUSED_KERNELS_INL_H_
 #undef VQ_KV_FUSED_KERNELS_INL_H_
@@ -45,15 +46,16 @@ constexpr int kScoreTokens = 1;
 constexpr int kScoreTokens = 4;
 #endif
 
-// Sums of the lanes of a, b, c, e into out[0..3] (an interleave tree, then the 128-bit blocks).
+// Sums of the lanes of a, b, c, e into out[0..3] (contiguous): an interleave tree leaves
+// [sum a, sum b, sum c, sum e] in every 128-bit block, then the blocks are folded together.
 template <class DF>
 HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> e,
-                            float* HWY_RESTRICT out, size_t stride) {
+                            float* HWY_RESTRICT out) {
 #if HWY_TARGET == HWY_SCALAR
   out[0] = hn::GetLane(a);
-  out[stride] = hn::GetLane(b);
-  out[2 * stride] = hn::GetLane(c);
-  out[3 * stride] = hn::GetLane(e);
+  out[1] = hn::GetLane(b);
+  out[2] = hn::GetLane(c);
+  out[3] = hn::GetLane(e);
   (void)df;
 #else
   const hn::Repartition<double, DF> dd;
@@ -61,21 +63,31 @@ HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, 
   const auto ce = hn::Add(hn::InterleaveLower(df, c, e), hn::InterleaveUpper(df, c, e));
   const auto lo = hn::BitCast(df, hn::InterleaveLower(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce)));
   const auto hi = hn::BitCast(df, hn::InterleaveUpper(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce)));
-  auto s = hn::Add(lo, hi);  // [sum a, sum b, sum c, sum e] in every 128-bit block
+  const auto s = hn::Add(lo, hi);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const hn::Half<DF> d8;
+  const hn::Half<decltype(d8)> d4;
+  const auto s8 = hn::Add(hn::LowerHalf(d8, s), hn::UpperHalf(d8, s));
+  hn::StoreU(hn::Add(hn::LowerHalf(d4, s8), hn::UpperHalf(d4, s8)), d4, out);
+#elif HWY_TARGET == HWY_AVX2
+  const hn::Half<DF> d4;
+  hn::StoreU(hn::Add(hn::LowerHalf(d4, s), hn::UpperHalf(d4, s)), d4, out);
+#else
   alignas(64) float buf[hn::MaxLanes(df)];
   hn::Store(s, df, buf);
   const size_t N = hn::Lanes(df);
   for (int k = 0; k < 4; ++k) {
     float t = buf[k];
     for (size_t blk = 4; blk < N; blk += 4) t += buf[blk + k];
-    out[k * stride] = t;
+    out[k] = t;
   }
+#endif
 #endif
 }
 
 template <class L, int kRows, int kTok>
 HWY_INLINE void ScoresTile(const float* HWY_RESTRICT q, size_t q_stride, const uint8_t* HWY_RESTRICT tok,
-                           size_t tok_bytes, int full_groups, float* HWY_RESTRICT out,
+                           size_t tok_bytes, int d, int full_groups, float* HWY_RESTRICT out,
                            size_t out_stride) {
   const hn::ScalableTag<float> df;
   const int N = int(hn::Lanes(df));
@@ -85,12 +97,12 @@ HWY_INLINE void ScoresTile(const float* HWY_RESTRICT q, size_t q_stride, const u
     for (int u = 0; u < kTok; ++u) acc[r][u] = hn::Zero(df);
   }
   for (int u = 0; u < kTok; ++u) PrefetchBytes(tok + (kPrefetchTokens + u) * tok_bytes, tok_bytes);
+  typename L::Scales sc[kTok];
+  for (int u = 0; u < kTok; ++u) L::LoadScales(df, tok + u * tok_bytes, d, &sc[u]);
   for (int g = 0; g < full_groups; ++g) {
-    typename L::Scale sc[kTok];
-    for (int u = 0; u < kTok; ++u) sc[u] = L::LoadScale(df, tok + u * tok_bytes, g);
     for (int k = 0; k < kFusedGroup; k += N) {
       V x[kTok];
-      for (int u = 0; u < kTok; ++u) x[u] = L::Load(df, tok + u * tok_bytes, g, k, sc[u]);
+      for (int u = 0; u < kTok; ++u) x[u] = L::Load(df, tok + u * tok_bytes, d, g, k, sc[u]);
       for (int r = 0; r < kRows; ++r) {
         const V qv = hn::LoadU(df, q + r * q_stride + g * kFusedGroup + k);
         for (int u = 0; u < kTok; ++u) acc[r][u] = hn::MulAdd(qv, x[u], acc[r][u]);
@@ -99,7 +111,7 @@ HWY_INLINE void ScoresTile(const float* HWY_RESTRICT q, size_t q_stride, const u
   }
   for (int r = 0; r < kRows; ++r) {
     if constexpr (kTok == 4) {
-      SumOfLanes4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], out + r * out_stride, 1);
+      SumOfLanes4(df, acc[r][0], acc[r][1], acc[r][2], acc[r][3], out + r * out_stride);
     } else {
       for (int u = 0; u < kTok; ++u) out[r * out_stride + u] = hn::GetLane(hn::SumOfLanes(df, acc[r][u]));
     }
@@ -116,11 +128,11 @@ HWY_INLINE void ScoresRows(const float* HWY_RESTRICT q, size_t q_stride, const u
   const int full = kFusedGroup % N == 0 ? d / kFusedGroup : 0;
   int64_t t = 0;
   for (; t + kScoreTokens <= n; t += kScoreTokens) {
-    ScoresTile<L, kRows, kScoreTokens>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, full,
+    ScoresTile<L, kRows, kScoreTokens>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, d, full,
                                        out + t, out_stride);
   }
   for (; t < n; ++t) {
-    ScoresTile<L, kRows, 1>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, full, out + t, out_stride);
+    ScoresTile<L, kRows, 1>(q, q_stride, tokens + size_t(t) * tok_bytes, tok_bytes, d, full, out + t, out_stride);
   }
   if (full * kFusedGroup < d) {  // channels past the last full group
     for (t = 0; t < n; ++t) {
@@ -149,7 +161,7 @@ void FusedScores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens
 // acc rows += w * x over tokens; kVecs vectors of channels starting at group g0 stay in registers.
 template <class L, int kRows, int kVecs>
 HWY_INLINE void AccumulateStrip(const float* HWY_RESTRICT w, size_t w_stride, const uint8_t* HWY_RESTRICT tokens,
-                                size_t tok_bytes, int64_t n, int c0, float* HWY_RESTRICT acc,
+                                size_t tok_bytes, int64_t n, int d, int c0, float* HWY_RESTRICT acc,
                                 size_t acc_stride, bool prefetch) {
   const hn::ScalableTag<float> df;
   const int N = int(hn::Lanes(df));
@@ -158,18 +170,16 @@ HWY_INLINE void AccumulateStrip(const float* HWY_RESTRICT w, size_t w_stride, co
   for (int r = 0; r < kRows; ++r) {
     for (int k = 0; k < kVecs; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + c0 + k * N);
   }
-  const int g_first = c0 / kFusedGroup;
-  const int g_last = (c0 + kVecs * N - 1) / kFusedGroup;
   for (int64_t t = 0; t < n; ++t) {
     const uint8_t* tok = tokens + size_t(t) * tok_bytes;
     if (prefetch) PrefetchBytes(tok + kPrefetchTokens * tok_bytes, tok_bytes);
-    typename L::Scale sc[4];
-    for (int g = g_first; g <= g_last; ++g) sc[g - g_first] = L::LoadScale(df, tok, g);
+    typename L::Scales sc;
+    L::LoadScales(df, tok, d, &sc);
     V wv[kRows];
     for (int r = 0; r < kRows; ++r) wv[r] = hn::Set(df, w[r * w_stride + t]);
     for (int k = 0; k < kVecs; ++k) {
       const int c = c0 + k * N, g = c / kFusedGroup;
-      const V x = L::Load(df, tok, g, c % kFusedGroup, sc[g - g_first]);
+      const V x = L::Load(df, tok, d, g, c % kFusedGroup, sc);
       for (int r = 0; r < kRows; ++r) a[r][k] = hn::MulAdd(wv[r], x, a[r][k]);
     }
   }
@@ -192,11 +202,11 @@ HWY_INLINE void AccumulateRows(const float* HWY_RESTRICT w, size_t w_stride, con
   bool first = true;
   if (strip == kStrip * N) {
     for (; c + strip <= full; c += strip, first = false) {
-      AccumulateStrip<L, kRows, kStrip>(w, w_stride, tokens, tok_bytes, n, c, acc, acc_stride, first);
+      AccumulateStrip<L, kRows, kStrip>(w, w_stride, tokens, tok_bytes, n, d, c, acc, acc_stride, first);
     }
   }
   for (; c + N <= full; c += N, first = false) {
-    AccumulateStrip<L, kRows, 1>(w, w_stride, tokens, tok_bytes, n, c, acc, acc_stride, first);
+    AccumulateStrip<L, kRows, 1>(w, w_stride, tokens, tok_bytes, n, d, c, acc, acc_stride, first);
   }
   for (; c < d; ++c) {
     for (int64_t t = 0; t < n; ++t) {

@@ -1,12 +1,15 @@
 // Byte layouts of the per-token grouped baselines, as plain scalar code (the reference).
-// A token of head_dim d is ceil(d/32) groups of 32 channels (the last may be shorter, "ragged"),
-// each stored as [fp16 scale][codes]:
-//   q8 (like llama.cpp q8_0): int8 codes, value = scale * code          -> 2 + gs bytes
-//   q4 (like llama.cpp q4_0): 4-bit codes, value = scale * (code - 8),
-//      channel j < h in the low nibble of byte j, channel j >= h in the high nibble of
-//      byte j - h, with h = ceil(gs / 2)                                 -> 2 + ceil(gs/2) bytes
+// A token of head_dim d is G = ceil(d/32) groups of 32 channels (the last may be shorter,
+// "ragged"). The token stores its G fp16 scales first, then the codes of each group in order:
+//   q8 (like llama.cpp q8_0): int8 codes, value = scale * code               gs bytes per group
+//   q4 (like llama.cpp q4_0): 4-bit codes, value = scale * (code - 8); channel j < h in the low
+//      nibble of byte j, channel j >= h in the high nibble of byte j - h, h = ceil(gs/2)
+//                                                                             ceil(gs/2) bytes
+// Bits per element: (bits * d + 16 * G) / d, 8.5 and 4.5 at d = 128. Scales first lets a kernel
+// convert all of a token's scales with one vector instruction.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -16,53 +19,60 @@
 namespace vq::kv {
 
 constexpr int kQuantGroup = 32;
+constexpr int kMaxQuantGroups = 64;  // head_dim up to 2048
 
-inline float load_scale(const uint8_t* group) {
+inline int n_groups(int d) { return (d + kQuantGroup - 1) / kQuantGroup; }
+inline int group_size(int d, int g) { return std::min(kQuantGroup, d - g * kQuantGroup); }
+
+inline float token_scale(const uint8_t* tok, int g) {
   uint16_t h;
-  std::memcpy(&h, group, 2);
+  std::memcpy(&h, tok + 2 * g, 2);
   return f16_to_f32(h);
 }
 
 struct Q8Format {
   static constexpr int kBits = 8;
-  static size_t group_bytes(int gs) { return 2 + size_t(gs); }
-  static float value(const uint8_t* group, int /*gs*/, int j) {
-    return load_scale(group) * float(int8_t(group[2 + j]));
-  }
+  static size_t code_bytes(int gs) { return size_t(gs); }
+  static float centered(const uint8_t* codes, int /*gs*/, int j) { return float(int8_t(codes[j])); }
 };
 
 struct Q4Format {
   static constexpr int kBits = 4;
-  static size_t group_bytes(int gs) { return 2 + size_t(gs + 1) / 2; }
-  static float value(const uint8_t* group, int gs, int j) {
+  static size_t code_bytes(int gs) { return size_t(gs + 1) / 2; }
+  static float centered(const uint8_t* codes, int gs, int j) {
     const int h = (gs + 1) / 2;
-    const uint8_t byte = group[2 + (j < h ? j : j - h)];
-    const int code = j < h ? (byte & 15) : (byte >> 4);
-    return float(code - 8) * load_scale(group);
+    const uint8_t byte = codes[j < h ? j : j - h];
+    return float((j < h ? (byte & 15) : (byte >> 4)) - 8);
   }
 };
 
-// Bytes of one token: full groups plus the ragged tail.
+// Codes of group g (all groups before it are full).
+template <class Fmt>
+const uint8_t* group_codes(const uint8_t* tok, int d, int g) {
+  return tok + 2 * size_t(n_groups(d)) + size_t(g) * Fmt::code_bytes(kQuantGroup);
+}
+
 template <class Fmt>
 size_t token_bytes(int d) {
   const int full = d / kQuantGroup, rem = d % kQuantGroup;
-  return size_t(full) * Fmt::group_bytes(kQuantGroup) + (rem ? Fmt::group_bytes(rem) : 0);
+  return 2 * size_t(n_groups(d)) + size_t(full) * Fmt::code_bytes(kQuantGroup) + (rem ? Fmt::code_bytes(rem) : 0);
 }
 
 // The formula: bits of codes plus one fp16 scale per group, per element.
 template <class Fmt>
 double grouped_bits(int d) {
-  const int groups = (d + kQuantGroup - 1) / kQuantGroup;
-  return (double(Fmt::kBits) * d + 16.0 * groups) / d;
+  return (double(Fmt::kBits) * d + 16.0 * n_groups(d)) / d;
+}
+
+template <class Fmt>
+float token_value(const uint8_t* tok, int d, int j) {
+  const int g = j / kQuantGroup;
+  return Fmt::centered(group_codes<Fmt>(tok, d, g), group_size(d, g), j % kQuantGroup) * token_scale(tok, g);
 }
 
 template <class Fmt>
 void decode_token(const uint8_t* tok, int d, float* out) {
-  for (int g = 0; g * kQuantGroup < d; ++g) {
-    const int gs = d - g * kQuantGroup < kQuantGroup ? d - g * kQuantGroup : kQuantGroup;
-    const uint8_t* gp = tok + size_t(g) * Fmt::group_bytes(kQuantGroup);
-    for (int j = 0; j < gs; ++j) out[g * kQuantGroup + j] = Fmt::value(gp, gs, j);
-  }
+  for (int j = 0; j < d; ++j) out[j] = token_value<Fmt>(tok, d, j);
 }
 
 }  // namespace vq::kv

@@ -18,49 +18,70 @@ namespace vq::kv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// A token's group scales as floats, and -8 times them (for q4), converted with vector
+// instructions; kernels broadcast them from here (a load, not an ALU operation).
+struct GroupScales {
+  alignas(64) float s[kMaxQuantGroups];
+  alignas(64) float m8[kMaxQuantGroups];
+};
+
+template <class DF>
+HWY_INLINE void LoadGroupScales(DF df, const uint8_t* HWY_RESTRICT tok, int d, GroupScales* HWY_RESTRICT out) {
+  GroupScales& sc = *out;
+  const int G = n_groups(d);
+  const int N = int(hn::Lanes(df));
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto m8 = hn::Set(df, -8.0f);
+  const hwy::float16_t* h = reinterpret_cast<const hwy::float16_t*>(tok);
+  int g = 0;
+  for (; g + N <= G; g += N) {
+    const auto v = hn::PromoteTo(df, hn::LoadU(dh, h + g));
+    hn::Store(v, df, sc.s + g);
+    hn::Store(hn::Mul(v, m8), df, sc.m8 + g);
+  }
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  for (; g < G; ++g) {
+    sc.s[g] = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, h + g)));
+    sc.m8[g] = sc.s[g] * -8.0f;
+  }
+}
+
 template <class Fmt>
 struct GroupLoaderBase {
-  using Scale = hn::Vec<hn::ScalableTag<float>>;
-  static const uint8_t* Group(const uint8_t* tok, int g) {
-    return tok + size_t(g) * Fmt::group_bytes(kQuantGroup);
-  }
-  // The group's fp16 scale broadcast to all lanes, converted by the hardware where it can.
+  using Scales = GroupScales;
   template <class DF>
-  static HWY_INLINE hn::Vec<DF> LoadScale(DF df, const uint8_t* HWY_RESTRICT tok, int g) {
-    const hn::CappedTag<float, 1> d1;
-    const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
-    const auto s = hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(Group(tok, g))));
-    return hn::Set(df, hn::GetLane(s));
+  static HWY_INLINE void LoadScales(DF df, const uint8_t* HWY_RESTRICT tok, int d, Scales* out) {
+    LoadGroupScales(df, tok, d, out);
   }
-  static float Value(const uint8_t* tok, int d, int j) {
-    const int g = j / kQuantGroup;
-    return Fmt::value(Group(tok, g), std::min(kQuantGroup, d - g * kQuantGroup), j % kQuantGroup);
-  }
+  static float Value(const uint8_t* tok, int d, int j) { return token_value<Fmt>(tok, d, j); }
 };
 
 struct Q8Loader : GroupLoaderBase<Q8Format> {
   template <class DF>
-  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int g, int first,
-                                     hn::Vec<DF> vs) {
+  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int d, int g, int first,
+                                     const Scales& sc) {
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<int8_t, DF> di8;
-    const int8_t* codes = reinterpret_cast<const int8_t*>(Group(tok, g) + 2) + first;
-    return hn::Mul(vs, hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, codes))));
+    const int8_t* codes = reinterpret_cast<const int8_t*>(group_codes<Q8Format>(tok, d, g)) + first;
+    return hn::Mul(hn::Set(df, sc.s[g]), hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, codes))));
   }
 };
 
 struct Q4Loader : GroupLoaderBase<Q4Format> {
+  // value = code * scale - 8 * scale as one fused multiply-add. Exact: (code - 8) * scale needs
+  // at most 4 + 11 significant bits, so the fused result is the decoded value itself.
   // Channel j < 16 is the low nibble of byte j, channel j >= 16 the high nibble of byte j - 16.
   template <class DF>
-  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int g, int first,
-                                     hn::Vec<DF> vs) {
+  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int d, int g, int first,
+                                     const Scales& sc) {
     const hn::RebindToSigned<DF> di32;
     const hn::RebindToUnsigned<DF> du32;
     const hn::Rebind<uint8_t, DF> du8;
-    const auto x = hn::LoadU(du8, Group(tok, g) + 2 + (first & 15));
+    const auto x = hn::LoadU(du8, group_codes<Q4Format>(tok, d, g) + (first & 15));
     const auto c = first < 16 ? hn::And(x, hn::Set(du8, 15)) : hn::ShiftRight<4>(x);
-    const auto ci = hn::Sub(hn::BitCast(di32, hn::PromoteTo(du32, c)), hn::Set(di32, 8));
-    return hn::Mul(hn::ConvertTo(df, ci), vs);
+    const auto cf = hn::ConvertTo(df, hn::BitCast(di32, hn::PromoteTo(du32, c)));
+    return hn::MulAdd(cf, hn::Set(df, sc.s[g]), hn::Set(df, sc.m8[g]));
   }
 };
 

@@ -29,6 +29,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 
 #include "src/kv/methods/baseline.h"
+#include "veloxquant/error.h"
 
 namespace vq::kv {
 HWY_EXPORT(Q4Scores);
@@ -42,7 +43,7 @@ void encode_token(const float* x, int d, uint8_t* out) {
   for (int g = 0; g * kQuantGroup < d; ++g) {
     const int gs = std::min(kQuantGroup, d - g * kQuantGroup);
     const float* xg = x + g * kQuantGroup;
-    uint8_t* gp = out + size_t(g) * Q4Format::group_bytes(kQuantGroup);
+    uint8_t* codes = out + (group_codes<Q4Format>(out, d, g) - out);
     float amax = 0.0f, vmax = 0.0f;
     for (int j = 0; j < gs; ++j) {
       if (std::fabs(xg[j]) > amax) {
@@ -53,15 +54,15 @@ void encode_token(const float* x, int d, uint8_t* out) {
     const float scale = vmax / -8.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     const uint16_t h = f32_to_f16(scale);
-    std::memcpy(gp, &h, 2);
+    std::memcpy(out + 2 * g, &h, 2);
     const int half = (gs + 1) / 2;
-    std::memset(gp + 2, 0, size_t(half));
+    std::memset(codes, 0, size_t(half));
     for (int j = 0; j < gs; ++j) {
       const int c = std::clamp(int(std::floor(xg[j] * inv + 8.5f)), 0, 15);
       if (j < half) {
-        gp[2 + j] = uint8_t(gp[2 + j] | c);
+        codes[j] = uint8_t(codes[j] | c);
       } else {
-        gp[2 + j - half] = uint8_t(gp[2 + j - half] | (c << 4));
+        codes[j - half] = uint8_t(codes[j - half] | (c << 4));
       }
     }
   }
@@ -71,7 +72,9 @@ using Fmt = Q4Format;
 
 class Q4KeyCodec final : public KeyCodec {
  public:
-  explicit Q4KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  explicit Q4KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
+    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
+  }
   int head_dim() const override { return d_; }
   int block_tokens() const override { return 1; }
   size_t block_bytes() const override { return bytes_; }
@@ -92,7 +95,9 @@ class Q4KeyCodec final : public KeyCodec {
 
 class Q4ValueCodec final : public ValueCodec {
  public:
-  explicit Q4ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  explicit Q4ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
+    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
+  }
   int head_dim() const override { return d_; }
   int block_tokens() const override { return 1; }
   size_t block_bytes() const override { return bytes_; }

@@ -29,6 +29,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 
 #include "src/kv/methods/baseline.h"
+#include "veloxquant/error.h"
 
 namespace vq::kv {
 HWY_EXPORT(Q8Scores);
@@ -41,16 +42,16 @@ void encode_token(const float* x, int d, uint8_t* out) {
   for (int g = 0; g * kQuantGroup < d; ++g) {
     const int gs = std::min(kQuantGroup, d - g * kQuantGroup);
     const float* xg = x + g * kQuantGroup;
-    uint8_t* gp = out + size_t(g) * Q8Format::group_bytes(kQuantGroup);
+    uint8_t* codes = out + (group_codes<Q8Format>(out, d, g) - out);
     float amax = 0.0f;
     for (int j = 0; j < gs; ++j) amax = std::max(amax, std::fabs(xg[j]));
     const float scale = amax / 127.0f;
     const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     const uint16_t h = f32_to_f16(scale);
-    std::memcpy(gp, &h, 2);
+    std::memcpy(out + 2 * g, &h, 2);
     for (int j = 0; j < gs; ++j) {
       const float c = std::clamp(std::nearbyint(xg[j] * inv), -127.0f, 127.0f);
-      gp[2 + j] = uint8_t(int8_t(c));
+      codes[j] = uint8_t(int8_t(c));
     }
   }
 }
@@ -59,7 +60,9 @@ using Fmt = Q8Format;
 
 class Q8KeyCodec final : public KeyCodec {
  public:
-  explicit Q8KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  explicit Q8KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
+    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
+  }
   int head_dim() const override { return d_; }
   int block_tokens() const override { return 1; }
   size_t block_bytes() const override { return bytes_; }
@@ -80,7 +83,9 @@ class Q8KeyCodec final : public KeyCodec {
 
 class Q8ValueCodec final : public ValueCodec {
  public:
-  explicit Q8ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {}
+  explicit Q8ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
+    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
+  }
   int head_dim() const override { return d_; }
   int block_tokens() const override { return 1; }
   size_t block_bytes() const override { return bytes_; }
