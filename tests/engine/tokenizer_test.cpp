@@ -60,3 +60,26 @@ TEST_F(GemmaTokenizer, SpecialTokens) {
 
 }  // namespace
 }  // namespace vq::engine
+
+namespace vq::engine {
+namespace {
+
+// The whole WikiText test file tokenizes to llama.cpp's 292,282 ids
+// (tests/golden/wikitext_test_ids.json, from llama-tokenize).
+TEST_F(GemmaTokenizer, WholeWikitextFileMatchesLlamaCpp) {
+  std::ifstream ids_in(testing::golden("wikitext_test_ids.json"));
+  ASSERT_TRUE(ids_in);
+  const auto j = nlohmann::json::parse(ids_in);
+  const std::vector<int32_t> want = j.is_object() ? j["ids"].get<std::vector<int32_t>>() : j.get<std::vector<int32_t>>();
+  std::ifstream text_in(testing::source_dir() + "/../shared/data/wikitext-2-raw-test.txt", std::ios::binary);
+  ASSERT_TRUE(text_in) << "shared data missing";
+  const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
+  const auto got = tok_->encode(text);
+  ASSERT_EQ(got.size(), want.size());
+  size_t first_diff = 0;
+  while (first_diff < got.size() && got[first_diff] == want[first_diff]) ++first_diff;
+  EXPECT_EQ(first_diff, got.size()) << "first difference at token " << first_diff;
+}
+
+}  // namespace
+}  // namespace vq::engine
