@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <algorithm>
+
+#include <omp.h>
+
 namespace vq {
 
 void set_num_threads(int n);  // n <= 0: OpenMP's default
@@ -21,7 +25,9 @@ void parallel_for(int64_t n, Fn&& fn) {
 #pragma omp parallel
   {
     flush_denormals();
-#pragma omp for schedule(dynamic, 1)
+    // Chunks of several items keep the scheduling cost small when items are many and short.
+    const int64_t chunk = std::max<int64_t>(1, n / (16 * int64_t(omp_get_num_threads())));
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t i = 0; i < n; ++i) fn(i);
   }
 }

@@ -28,33 +28,44 @@ HWY_INLINE VU LoadBytes(const uint8_t* p) {
   return hn::PromoteTo(du, hn::LoadU(d8, p));
 }
 HWY_INLINE VF ToFloat(hn::Vec<DI> v) { return hn::ConvertTo(DF(), v); }
+
+// One fp16 value through the hardware converter (the scalar bit-twiddling version costs more
+// than dequantizing the rest of a Q8_0 block).
+HWY_INLINE float H2F(uint16_t h) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&h))));
+}
 HWY_INLINE hn::Vec<DI> Signed(VU v) { return hn::BitCast(DI(), v); }
 
-void DequantQ8_0(const uint8_t* src, float* y, int64_t n) {
+template <class Sink>
+HWY_INLINE void DequantQ8_0(const uint8_t* src, Sink& sink, int64_t n) {
+  int64_t y = 0;
   const DF df;
   const DI di;
   const hn::Rebind<int8_t, DI> d8;
   const int N = int(hn::Lanes(df));
   for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
     const auto* x = reinterpret_cast<const BlockQ8_0*>(src) + b;
-    const VF d = hn::Set(df, f16_to_f32(x->d));
+    const VF d = hn::Set(df, H2F(x->d));
     for (int e = 0; e < kQK; e += N) {
-      hn::StoreU(hn::Mul(ToFloat(hn::PromoteTo(di, hn::LoadU(d8, x->qs + e))), d), df, y + e);
+      sink(y + e, hn::Mul(ToFloat(hn::PromoteTo(di, hn::LoadU(d8, x->qs + e))), d));
     }
   }
 }
 
 // Q4_0 / Q5_0 (kHigh: fifth bit from qh) and Q4_1 / Q5_1 (kMin: value = q * d + m).
-template <typename Block, bool kHigh, bool kMin>
-void DequantLegacy(const uint8_t* src, float* y, int64_t n) {
+template <typename Block, bool kHigh, bool kMin, class Sink>
+HWY_INLINE void DequantLegacy(const uint8_t* src, Sink& sink, int64_t n) {
+  int64_t y = 0;
   const DF df;
   const DU du;
   const int N = int(hn::Lanes(df));
   for (int64_t b = 0; b < n / kQK; ++b, y += kQK) {
     const auto* x = reinterpret_cast<const Block*>(src) + b;
-    const VF d = hn::Set(df, f16_to_f32(x->d));
+    const VF d = hn::Set(df, H2F(x->d));
     VF m = hn::Zero(df);
-    if constexpr (kMin) m = hn::Set(df, f16_to_f32(x->m));
+    if constexpr (kMin) m = hn::Set(df, H2F(x->m));
     uint32_t qh = 0;
     if constexpr (kHigh) std::memcpy(&qh, x->qh, 4);
     for (int e = 0; e < kQK; e += N) {
@@ -66,10 +77,10 @@ void DequantLegacy(const uint8_t* src, float* y, int64_t n) {
         q = hn::Or(q, hn::ShiftLeft<4>(bits));
       }
       if constexpr (kMin) {
-        hn::StoreU(hn::Add(hn::Mul(ToFloat(Signed(q)), d), m), df, y + e);
+        sink(y + e, hn::Add(hn::Mul(ToFloat(Signed(q)), d), m));
       } else {
         const auto centered = hn::Sub(Signed(q), hn::Set(DI(), kHigh ? 16 : 8));
-        hn::StoreU(hn::Mul(ToFloat(centered), d), df, y + e);
+        sink(y + e, hn::Mul(ToFloat(centered), d));
       }
     }
   }
@@ -86,14 +97,15 @@ HWY_INLINE void ScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
 }
 
 // Q4_K and Q5_K (kHigh): sub-blocks of 32 with 6-bit scales and mins; value = d1 * q - m1.
-template <typename Block, bool kHigh>
-void DequantK45(const uint8_t* src, float* y, int64_t n) {
+template <typename Block, bool kHigh, class Sink>
+HWY_INLINE void DequantK45(const uint8_t* src, Sink& sink, int64_t n) {
+  int64_t y = 0;
   const DF df;
   const DU du;
   const int N = int(hn::Lanes(df));
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const auto* x = reinterpret_cast<const Block*>(src) + b;
-    const float d = f16_to_f32(x->d), dmin = f16_to_f32(x->dmin);
+    const float d = H2F(x->d), dmin = H2F(x->dmin);
     for (int sb = 0; sb < 8; ++sb) {  // sub-block of 32: bytes 32*(sb/2), nibble sb%2
       uint8_t sc, m;
       ScaleMinK4(sb, x->scales, &sc, &m);
@@ -106,21 +118,23 @@ void DequantK45(const uint8_t* src, float* y, int64_t n) {
           const VU h = hn::And(LoadBytes(x->qh + l), hn::Set(du, 1u << sb));
           v = hn::Add(v, hn::IfThenElseZero(hn::Ne(h, hn::Zero(du)), hn::Set(du, 16)));
         }
-        hn::StoreU(hn::Sub(hn::Mul(d1, ToFloat(Signed(v))), m1), df, y + 32 * sb + l);
+        sink(y + 32 * sb + l, hn::Sub(hn::Mul(d1, ToFloat(Signed(v))), m1));
       }
     }
     y += kQK_K;
   }
 }
 
-void DequantQ6_K(const uint8_t* src, float* y, int64_t n) {
+template <class Sink>
+HWY_INLINE void DequantQ6_K(const uint8_t* src, Sink& sink, int64_t n) {
+  int64_t y = 0;
   const DF df;
   const DU du;
   const int N = int(hn::Lanes(df));
   const VU low4 = hn::Set(du, 0xF), two = hn::Set(du, 3);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const auto* x = reinterpret_cast<const BlockQ6_K*>(src) + b;
-    const float d = f16_to_f32(x->d);
+    const float d = H2F(x->d);
     for (int half = 0; half < 2; ++half) {
       const uint8_t* ql = x->ql + 64 * half;
       const uint8_t* qh = x->qh + 32 * half;
@@ -137,7 +151,7 @@ void DequantQ6_K(const uint8_t* src, float* y, int64_t n) {
         for (int k = 0; k < 4; ++k) {
           const VF ds = hn::Set(df, d * float(sc[is + 2 * k]));
           const auto centered = hn::Sub(Signed(q[k]), hn::Set(DI(), 32));
-          hn::StoreU(hn::Mul(ds, ToFloat(centered)), df, y + 32 * k + l);
+          sink(y + 32 * k + l, hn::Mul(ds, ToFloat(centered)));
         }
       }
       y += 128;
@@ -145,40 +159,86 @@ void DequantQ6_K(const uint8_t* src, float* y, int64_t n) {
   }
 }
 
-void DequantHalf(const uint8_t* src, float* y, int64_t n, bool bf16) {
+// Rows of F16/BF16 have a multiple of 32 elements here (checked by the caller).
+template <class Sink>
+HWY_INLINE void DequantHalf(const uint8_t* src, Sink& sink, int64_t n, bool bf16) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-  int64_t i = 0;
   if (bf16) {
     const hn::Rebind<uint16_t, DF> d16;
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, h + i)))), df, y + i);
+    for (int64_t i = 0; i < n; i += N) {
+      sink(i, hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, h + i)))));
     }
-    for (; i < n; ++i) y[i] = bf16_to_f32(h[i]);
   } else {
     const hn::Rebind<hwy::float16_t, DF> dh;
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h + i))), df, y + i);
+    for (int64_t i = 0; i < n; i += N) {
+      sink(i, hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h + i))));
     }
-    for (; i < n; ++i) y[i] = f16_to_f32(h[i]);
   }
 }
 
-bool DequantRow(uint32_t type, const uint8_t* src, float* y, int64_t n) {
+template <class Sink>
+HWY_INLINE bool Dispatch(uint32_t type, const uint8_t* src, Sink& sink, int64_t n) {
   // Chunks of N lanes must tile the 16-element half-blocks.
   if (16 % hn::Lanes(DF()) != 0) return false;
   switch (GgmlType(type)) {
-    case GgmlType::kF16: DequantHalf(src, y, n, false); return true;
-    case GgmlType::kBF16: DequantHalf(src, y, n, true); return true;
-    case GgmlType::kQ8_0: DequantQ8_0(src, y, n); return true;
-    case GgmlType::kQ4_0: DequantLegacy<BlockQ4_0, false, false>(src, y, n); return true;
-    case GgmlType::kQ4_1: DequantLegacy<BlockQ4_1, false, true>(src, y, n); return true;
-    case GgmlType::kQ5_0: DequantLegacy<BlockQ5_0, true, false>(src, y, n); return true;
-    case GgmlType::kQ5_1: DequantLegacy<BlockQ5_1, true, true>(src, y, n); return true;
-    case GgmlType::kQ4_K: DequantK45<BlockQ4_K, false>(src, y, n); return true;
-    case GgmlType::kQ5_K: DequantK45<BlockQ5_K, true>(src, y, n); return true;
-    case GgmlType::kQ6_K: DequantQ6_K(src, y, n); return true;
+    case GgmlType::kF16: if (n % 32) return false; DequantHalf(src, sink, n, false); return true;
+    case GgmlType::kBF16: if (n % 32) return false; DequantHalf(src, sink, n, true); return true;
+    case GgmlType::kQ8_0: DequantQ8_0(src, sink, n); return true;
+    case GgmlType::kQ4_0: DequantLegacy<BlockQ4_0, false, false>(src, sink, n); return true;
+    case GgmlType::kQ4_1: DequantLegacy<BlockQ4_1, false, true>(src, sink, n); return true;
+    case GgmlType::kQ5_0: DequantLegacy<BlockQ5_0, true, false>(src, sink, n); return true;
+    case GgmlType::kQ5_1: DequantLegacy<BlockQ5_1, true, true>(src, sink, n); return true;
+    case GgmlType::kQ4_K: DequantK45<BlockQ4_K, false>(src, sink, n); return true;
+    case GgmlType::kQ5_K: DequantK45<BlockQ5_K, true>(src, sink, n); return true;
+    case GgmlType::kQ6_K: DequantQ6_K(src, sink, n); return true;
+    default: return false;
+  }
+}
+
+struct StoreSink {
+  float* y;
+  HWY_INLINE void operator()(int64_t off, VF v) { hn::StoreU(v, DF(), y + off); }
+};
+
+bool DequantRow(uint32_t type, const uint8_t* src, float* y, int64_t n) {
+  StoreSink sink{y};
+  return Dispatch(type, src, sink, n);
+}
+
+// Dot products of one weight row with kTok activation rows, fused with dequantization: nothing
+// is written to memory. Two accumulators per token halve the FMA dependency chain.
+template <int kTok>
+struct DotSink {
+  const float* x;
+  int64_t x_stride;
+  VF acc[kTok][2];
+  bool odd = false;
+  HWY_INLINE void operator()(int64_t off, VF v) {
+    for (int t = 0; t < kTok; ++t) acc[t][odd] = hn::MulAdd(v, hn::LoadU(DF(), x + t * x_stride + off), acc[t][odd]);
+    odd = !odd;
+  }
+};
+
+template <int kTok>
+HWY_INLINE bool DotRowT(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t x_stride, float* out,
+                        int64_t out_stride) {
+  DotSink<kTok> sink{x, x_stride, {}, false};
+  for (int t = 0; t < kTok; ++t) sink.acc[t][0] = sink.acc[t][1] = hn::Zero(DF());
+  if (!Dispatch(type, src, sink, n)) return false;
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = hn::GetLane(hn::SumOfLanes(DF(), hn::Add(sink.acc[t][0], sink.acc[t][1])));
+  return true;
+}
+
+// out[t * out_stride] = dot(row, x_t) for t < n_tok (1..4).
+bool DotRow(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t n_tok, float* out,
+            int64_t out_stride) {
+  switch (n_tok) {
+    case 1: return DotRowT<1>(type, src, n, x, n, out, out_stride);
+    case 2: return DotRowT<2>(type, src, n, x, n, out, out_stride);
+    case 3: return DotRowT<3>(type, src, n, x, n, out, out_stride);
+    case 4: return DotRowT<4>(type, src, n, x, n, out, out_stride);
     default: return false;
   }
 }
@@ -190,6 +250,18 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace vq::engine {
 HWY_EXPORT(DequantRow);
+HWY_EXPORT(DotRow);
+
+bool dot_row_supported(uint32_t type, int64_t n, int64_t n_tok) {
+  if (n_tok < 1 || n_tok > 4 || !is_supported_weight_type(type) || GgmlType(type) == GgmlType::kF32) return false;
+  const bool half = GgmlType(type) == GgmlType::kF16 || GgmlType(type) == GgmlType::kBF16;
+  return !half || n % 32 == 0;
+}
+
+bool dot_row(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t n_tok, float* out,
+             int64_t out_stride) {
+  return HWY_DYNAMIC_DISPATCH(DotRow)(type, src, n, x, n_tok, out, out_stride);
+}
 
 void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n) {
   if (!HWY_DYNAMIC_DISPATCH(DequantRow)(type, src, dst, n)) dequantize_row_scalar(type, src, dst, n);

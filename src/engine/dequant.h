@@ -8,4 +8,10 @@ namespace vq::engine {
 
 void dequantize_row(uint32_t type, const uint8_t* src, float* dst, int64_t n);
 
+// out[t * out_stride] = dot(dequantized row, x + t * n) for t < n_tok (1 to 4), without writing
+// the dequantized row anywhere. Returns false when this type or shape has no fused path.
+bool dot_row_supported(uint32_t type, int64_t n, int64_t n_tok);
+bool dot_row(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t n_tok, float* out,
+             int64_t out_stride);
+
 }  // namespace vq::engine

@@ -91,11 +91,31 @@ constexpr int kPanelRows = 16;
 }
 
 void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
-  const int64_t items = (w.rows + kPanelRows - 1) / kPanelRows;
+  // Up to 4 tokens (decode): each weight row is used at most 4 times, so dequantize and dot in
+  // one pass with nothing written to memory; the weights stream from DRAM once.
+  if (dot_row_supported(w.type, w.cols, n_tok)) {
+    const int64_t items = (w.rows + 15) / 16;
+    parallel_for(items, [&](int64_t item) {
+      const int64_t r_end = std::min(w.rows, (item + 1) * 16);
+      for (int64_t r = item * 16; r < r_end; ++r) {
+        // The weights stream from memory once: ask for the rows ahead before they are needed.
+        if (r + 2 < w.rows) {
+          const uint8_t* ahead = w.data + size_t(r + 2) * w.row_bytes;
+          for (size_t o = 0; o < w.row_bytes; o += 64) __builtin_prefetch(ahead + o);
+        }
+        dot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, x, n_tok, y + r, w.rows);
+      }
+    });
+    return;
+  }
+  // Few tokens: a small panel that stays in L1 (each dequantized row is used only n_tok times);
+  // many tokens: a taller panel amortizes x's loads over more rows.
+  const int64_t panel_rows = n_tok <= 4 ? 4 : kPanelRows;
+  const int64_t items = (w.rows + panel_rows - 1) / panel_rows;
   parallel_for(items, [&](int64_t item) {
     thread_local std::vector<float> panel;
-    const int64_t r0 = item * kPanelRows;
-    const int n = int(std::min<int64_t>(kPanelRows, w.rows - r0));
+    const int64_t r0 = item * panel_rows;
+    const int n = int(std::min<int64_t>(panel_rows, w.rows - r0));
     panel.resize(size_t(n) * size_t(w.cols));
     for (int i = 0; i < n; ++i) {
       dequantize_row(w.type, w.data + size_t(r0 + i) * w.row_bytes, panel.data() + size_t(i) * w.cols, w.cols);
