@@ -2,6 +2,7 @@
 #include "src/engine/ops.h"
 
 #include <cmath>
+#include <vector>
 
 #include "src/core/fp16.h"
 
@@ -50,8 +51,29 @@ float gelu_ggml(float x) {
   return f16_to_f32(f32_to_f16(g));
 }
 
+namespace {
+// gelu_ggml depends on x only through its fp16 rounding inside (-10, 10): tabulate it once for
+// every fp16 value, as ggml does (ggml_table_gelu_f16), and look it up.
+const float* gelu_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float x = f16_to_f32(uint16_t(h));
+      t[h] = std::isfinite(x) && x > -10.0f && x < 10.0f ? gelu_ggml(x) : 0.0f;
+    }
+    return t;
+  }();
+  return table.data();
+}
+}  // namespace
+
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = gelu_ggml(gate[i]) * up[i];
+  const float* table = gelu_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[f32_to_f16(x)];
+    y[i] = g * up[i];
+  }
 }
 
 }  // namespace vq::engine
