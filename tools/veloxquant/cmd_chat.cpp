@@ -1,0 +1,99 @@
+// `veloxquant chat`: a multi-turn conversation on stdin/stdout with Gemma's chat template
+// (<start_of_turn>user ... <end_of_turn>, <start_of_turn>model ...). The KV cache is kept across
+// turns: each turn feeds only its new tokens.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+
+#include "src/core/threads.h"
+#include "src/engine/sampler.h"
+#include "src/engine/session.h"
+#include "tools/veloxquant/commands.h"
+#include "tools/veloxquant/utf8_stream.h"
+#include "veloxquant/error.h"
+
+namespace vq::cli {
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+Runner add_chat_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("chat", "Chat with a model on stdin/stdout (one user message per line)");
+  struct Opts {
+    std::string model, kv = "fp16", system;
+    int n_predict = 512, threads = 2, ubatch = 512;
+    int64_t ctx = 4096;
+    engine::SamplerParams sp;
+  };
+  auto o = std::make_shared<Opts>();
+  o->sp.temperature = 0.0f;
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("--kv", o->kv, "KV-cache method spec");
+  cmd->add_option("--system", o->system, "System prompt (prepended to the first user message, as Gemma's template does)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("-c,--ctx", o->ctx, "Context size (tokens)")->check(CLI::Range(int64_t(16), int64_t(1) << 24));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", o->sp.seed, "Sampling seed");
+  cmd->add_option("--temp", o->sp.temperature, "Temperature (0: greedy)")->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->callback([o]() { kv::parse_method(o->kv); });
+  return [o]() {
+    set_num_threads(o->threads);
+    const auto model = engine::Model::load(o->model);
+    VQ_CHECK(o->ctx <= model->config().n_ctx_train,
+             fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
+    const kv::Method method = kv::parse_method(o->kv);
+    engine::Session session(*model, method, o->ctx, o->ubatch);
+    engine::Sampler sampler(o->sp);
+    const auto& tok = model->tokenizer();
+    const bool interactive = isatty(STDIN_FILENO);
+    Utf8Stream out(stdout);
+    std::string line;
+    bool first = true;
+    while (true) {
+      if (interactive) fmt::print("> "), std::fflush(stdout);
+      if (!std::getline(std::cin, line)) break;
+      std::string msg = trim(line);
+      if (msg.empty()) continue;
+      if (first && !o->system.empty()) msg = trim(o->system) + "\n\n" + msg;
+      const std::string turn = "<start_of_turn>user\n" + msg + "<end_of_turn>\n<start_of_turn>model\n";
+      std::vector<int32_t> ids = tok.encode(turn, /*add_special=*/first, /*parse_special=*/true);
+      first = false;
+      if (session.n_past() + int64_t(ids.size()) + 2 > o->ctx) {
+        fmt::print(stderr, "context full ({} of {} tokens): start a new chat or raise -c\n", session.n_past(), o->ctx);
+        break;
+      }
+      std::vector<float> logits;
+      session.feed(ids, &logits);
+      int produced = 0;
+      int32_t id = -1;
+      while (produced < o->n_predict && session.n_past() < o->ctx) {
+        id = sampler.sample(logits.data(), model->config().n_vocab);
+        if (tok.is_eog(id)) break;
+        out.write(tok.piece(id));
+        ++produced;
+        session.feed({id}, &logits);
+      }
+      out.flush();
+      fmt::print("\n");
+      std::fflush(stdout);
+      // Close the model's turn in the cache so the next turn follows the template.
+      const std::vector<int32_t> close = tok.encode("<end_of_turn>\n", false, true);
+      if (session.n_past() + int64_t(close.size()) <= o->ctx) session.feed(close, nullptr);
+    }
+    return 0;
+  };
+}
+
+}  // namespace vq::cli
