@@ -12,7 +12,9 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   auto f = GgufFile::open(path);
   const std::string arch = f->get_string("general.architecture");
   if (arch == "gemma3") return make_gemma3(std::move(f));
-  throw_error(ErrorKind::kData, fmt::format("{}: architecture '{}' is not supported (gemma3 is)", path, arch));
+  if (arch == "llama" || arch == "qwen2") return make_llama(std::move(f));
+  throw_error(ErrorKind::kData,
+              fmt::format("{}: architecture '{}' is not supported (gemma3, llama and qwen2 are)", path, arch));
 }
 
 std::vector<kv::LayerConfig> Model::cache_layout() const {

@@ -56,5 +56,6 @@ class Model {
 };
 
 std::unique_ptr<Model> make_gemma3(std::unique_ptr<GgufFile> f);
+std::unique_ptr<Model> make_llama(std::unique_ptr<GgufFile> f);  // llama and qwen2
 
 }  // namespace vq::engine

@@ -41,6 +41,31 @@ void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, flo
   }
 }
 
+void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+  const int half = head_dim / 2;
+  const float theta_scale = std::pow(base, -2.0f / float(head_dim));
+  float cs[1024], sn[1024];
+  float theta = float(pos);
+  for (int i = 0; i < half; ++i) {
+    const float t = freq_scale * theta;
+    cs[i] = std::cos(t);
+    sn[i] = std::sin(t);
+    theta *= theta_scale;
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + int64_t(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float x0 = v[2 * i], x1 = v[2 * i + 1];
+      v[2 * i] = x0 * cs[i] - x1 * sn[i];
+      v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 float gelu_ggml(float x) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoefA = 0.044715f;

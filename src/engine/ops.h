@@ -15,6 +15,12 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, f
 // repeated multiplication as ggml_rope_cache_init does.
 void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale);
 
+// Original (GPT-J / "NORM") rotary embedding: adjacent pairs (2i, 2i+1), as llama's rope type.
+void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale);
+
+// y[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
+void silu_mul(const float* gate, const float* up, int64_t n, float* y);
+
 // GELU (tanh approximation) as ggml's CPU path computes it: input and output rounded to fp16
 // inside (-10, 10) (GGML_GELU_FP16, a lookup table there), identity above 10, 0 below -10.
 float gelu_ggml(float x);
