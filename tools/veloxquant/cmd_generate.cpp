@@ -21,6 +21,7 @@ Runner add_generate_command(CLI::App& app) {
     int64_t ctx = 4096;
     engine::SamplerParams sp;
     bool show_ids = false;
+    std::string dump_logits;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
@@ -36,6 +37,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_flag("--ids", o->show_ids, "Print the generated token ids on stderr at the end");
+  cmd->add_option("--dump-logits", o->dump_logits, "Write the prompt's last-token logits (float32) to this file");
   cmd->callback([o]() { kv::parse_method(o->kv); });
   return [o]() {
     set_num_threads(o->threads);
@@ -56,6 +58,13 @@ Runner add_generate_command(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     session.feed(prompt, &logits);
     const auto t1 = std::chrono::steady_clock::now();
+    if (!o->dump_logits.empty()) {
+      std::FILE* f = std::fopen(o->dump_logits.c_str(), "wb");
+      VQ_CHECK(f, fmt::format("{}: cannot write", o->dump_logits));
+      const size_t written = std::fwrite(logits.data(), sizeof(float), logits.size(), f);
+      const bool ok = std::fclose(f) == 0 && written == logits.size();
+      VQ_CHECK_DATA(ok, fmt::format("{}: write failed", o->dump_logits));
+    }
     std::vector<int32_t> generated;
     for (int i = 0; i < o->n_predict; ++i) {
       const int32_t id = sampler.sample(logits.data(), model->config().n_vocab);
