@@ -11,21 +11,22 @@ const std::vector<const MethodDef*>& registered_methods() {
       &bf16_method(),
       &q8_method(),
       &q4_method(),
+      &kivi_method(),
   };
   return methods;
 }
 
 std::vector<ParamInfo> window_params() {
   return {
-      {"residual", ParamType::kInt, 0, 0, 1 << 20, "newest tokens kept in fp16 (residual window)"},
-      {"sink", ParamType::kInt, 0, 0, 1 << 16, "leading tokens kept in fp16 (attention sinks)"},
+      {"residual", ParamType::kInt, 0, 0, 1 << 20, "newest tokens kept in fp16 (residual window)", {}},
+      {"sink", ParamType::kInt, 0, 0, 1 << 16, "leading tokens kept in fp16 (attention sinks)", {}},
   };
 }
 
 std::vector<ParamInfo> rotation_params() {
   return {
-      {"rot", ParamType::kBool, 0, 0, 1, "randomized Hadamard rotation of K and V (query rotated)"},
-      {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's random signs"},
+      {"rot", ParamType::kBool, 0, 0, 1, "randomized Hadamard rotation of K and V (query rotated)", {}},
+      {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's random signs", {}},
   };
 }
 

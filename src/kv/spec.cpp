@@ -21,6 +21,7 @@ std::string join_names(const std::vector<std::string>& names) {
 
 std::string format_value(const ParamInfo& p, double v) {
   if (p.type == ParamType::kFloat) return fmt::format("{:g}", v);
+  if (p.type == ParamType::kChoice) return p.choices.at(size_t(v));
   return fmt::format("{}", int64_t(v));
 }
 
@@ -31,6 +32,14 @@ double parse_value(const std::string& whole, const ParamInfo& p, const std::stri
   };
   if (text.empty()) bad(p.type == ParamType::kFloat ? "a number" : "an integer");
   double v = 0;
+  if (p.type == ParamType::kChoice) {
+    for (size_t i = 0; i < p.choices.size(); ++i) {
+      if (p.choices[i] == text) return double(i);
+    }
+    std::string names;
+    for (const auto& c : p.choices) names += (names.empty() ? "" : ", ") + c;
+    throw_error(ErrorKind::kUsage, fmt::format("bad KV spec '{}': {}={} is not one of: {}", whole, p.name, text, names));
+  }
   if (p.type == ParamType::kBool && (text == "true" || text == "false")) {
     v = text == "true" ? 1 : 0;
   } else {

@@ -69,7 +69,9 @@ double run_case(const Case& c, std::vector<float>* outputs = nullptr, bool check
 }
 
 const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4",
-                        "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1"};
+                        "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1", "kivi:residual=32",
+                        "kivi:kbits=4,vbits=3,residual=24,group=16", "kivi:kaxis=token,residual=16",
+                        "k=kivi:residual=20,v=q4"};
 
 TEST(Attention, FusedEqualsReferenceDecodeAndPrefill) {
   for (const char* spec : kSpecs) {
@@ -101,7 +103,7 @@ TEST(Attention, GroupedQueryShapes) {
 }
 
 TEST(Attention, SlidingWindow) {
-  for (const char* spec : {"fp16", "q4", "q8:residual=16,sink=1", "q4:rot=1,residual=5"}) {
+  for (const char* spec : {"fp16", "q4", "q8:residual=16,sink=1", "q4:rot=1,residual=5", "kivi:residual=32"}) {
     for (int ubatch : {1, 40}) {
       Case c{spec};
       c.window = 37;

@@ -86,6 +86,8 @@ inline void check_fused_equals_reference(const std::string& spec, int d, Data ki
   std::vector<float> states(size_t(n_q) * kc->query_state_floats());
   for (int r = 0; r < n_q; ++r) kc->prepare_query(q.data() + size_t(r) * d, states.data() + r * kc->query_state_floats());
 
+  ASSERT_GT(ke.tokens, 0) << "no whole key block in the run: raise `tokens`";
+  ASSERT_GT(ve.tokens, 0) << "no whole value block in the run: raise `tokens`";
   const int64_t n = ke.tokens;
   for (auto [i0, i1] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {1, n - 3}, {n / 2, n / 2 + 1}, {5, 5}}) {
     if (i1 < i0 || i1 > n) continue;
@@ -152,10 +154,10 @@ inline void check_block_bytes_match_formula(const std::string& spec, int d) {
   EXPECT_DOUBLE_EQ(double(vc->block_bytes()) * 8 / (double(vc->block_tokens()) * d), m.values().value_bits(d));
 }
 
-inline void check_all(const std::string& spec, const std::vector<int>& dims) {
+inline void check_all(const std::string& spec, const std::vector<int>& dims, int tokens = 96) {
   for (int d : dims) {
     for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
-      check_fused_equals_reference(spec, d, kind, 1000 + uint64_t(d) + uint64_t(kind));
+      check_fused_equals_reference(spec, d, kind, 1000 + uint64_t(d) + uint64_t(kind), tokens);
     }
     check_block_bytes_match_formula(spec, d);
   }

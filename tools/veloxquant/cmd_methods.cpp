@@ -16,11 +16,13 @@ std::string type_name(kv::ParamType t) {
     case kv::ParamType::kInt: return "int";
     case kv::ParamType::kFloat: return "float";
     case kv::ParamType::kBool: return "bool";
+    case kv::ParamType::kChoice: return "choice";
   }
   return "?";
 }
 
 std::string value_text(const kv::ParamInfo& p, double v) {
+  if (p.type == kv::ParamType::kChoice) return p.choices.at(size_t(v));
   return p.type == kv::ParamType::kFloat ? fmt::format("{:g}", v) : fmt::format("{}", int64_t(v));
 }
 

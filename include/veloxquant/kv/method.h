@@ -12,7 +12,7 @@
 
 namespace vq::kv {
 
-enum class ParamType { kInt, kFloat, kBool };
+enum class ParamType { kInt, kFloat, kBool, kChoice };
 
 struct ParamInfo {
   std::string name;
@@ -20,6 +20,7 @@ struct ParamInfo {
   double default_value = 0;
   double min = 0, max = 0;  // inclusive range
   std::string help;
+  std::vector<std::string> choices;  // kChoice: the names; the value is the index
 };
 
 struct MethodInfo {

@@ -1,0 +1,282 @@
+// KIVI (Liu et al., "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache", ICML 2024,
+// https://arxiv.org/abs/2402.02750): asymmetric min/max round-to-nearest quantization with keys
+// grouped per channel and values per token, and an fp16 residual window of the newest tokens.
+//
+//   kivi:kbits=2,vbits=2,group=32,residual=128[,kaxis=token]
+//
+// Keys: the window fills to `residual` tokens, then all of them are quantized as one block; in the
+// block each channel is split into groups of `group` tokens (the last may be shorter), each with
+// scale = (max - min) / (2^b - 1) and zero = min stored in fp16. Values: per token, groups of
+// `group` channels with the same rule; they leave the window one at a time, oldest first, as in
+// the paper's code. kaxis=token quantizes keys per token like values (the paper's ablation).
+//
+// Scores from the packed per-channel codes: within a token group, q.k = sum_c (q_c s_c) code_c +
+// sum_c q_c z_c, so the query is scaled by the group's scales once and each token costs one dot
+// product with its codes. Values: each token is decoded into registers/L1 and accumulated.
+//
+// Bits per element (counted honestly): keys b + 32 * ceil(R/G) / R, values b + 32 * ceil(d/G) / d
+// (an fp16 scale and zero per group); the fp16 window is reported apart.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "src/core/bitpack.h"
+#include "src/core/fp16.h"
+#include "src/kv/registry.h"
+#include "src/kv/vector_ops.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+namespace {
+
+struct GroupParams {
+  float scale, zero;
+};
+
+// Min/max quantization of n values at stride `stride`; writes fp16 scale and zero, and codes.
+GroupParams quantize_group(const float* x, int n, size_t stride, int bits, uint8_t* codes, size_t code_stride) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) {
+    lo = std::min(lo, x[size_t(i) * stride]);
+    hi = std::max(hi, x[size_t(i) * stride]);
+  }
+  const int levels = (1 << bits) - 1;
+  // Stored in fp16; the codes are chosen against the stored values so decoding is exact to them.
+  const float s = f16_to_f32(f32_to_f16((hi - lo) / float(levels)));
+  const float z = f16_to_f32(f32_to_f16(lo));
+  for (int i = 0; i < n; ++i) {
+    const float v = x[size_t(i) * stride];
+    const int c = s > 0.0f ? int(std::nearbyint((v - z) / s)) : 0;
+    codes[size_t(i) * code_stride] = uint8_t(std::clamp(c, 0, levels));
+  }
+  return {s, z};
+}
+
+void put_params(uint8_t* p, GroupParams g) {
+  const uint16_t s = f32_to_f16(g.scale), z = f32_to_f16(g.zero);
+  std::memcpy(p, &s, 2);
+  std::memcpy(p + 2, &z, 2);
+}
+GroupParams get_params(const uint8_t* p) {
+  uint16_t s, z;
+  std::memcpy(&s, p, 2);
+  std::memcpy(&z, p + 2, 2);
+  return {f16_to_f32(s), f16_to_f32(z)};
+}
+
+// Keys per channel, a block of R tokens: [ceil(R/G) token groups x d channels x (scale, zero)]
+// then R rows of d packed codes.
+class KiviChannelKeyCodec final : public KeyCodec {
+ public:
+  KiviChannelKeyCodec(int d, int bits, int group, int block)
+      : d_(d), bits_(bits), G_(std::min(group, block)), R_(block), n_tg_((block + G_ - 1) / G_),
+        row_bytes_(packed_bytes(size_t(d), bits)), param_bytes_(size_t(n_tg_) * d * 4) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return R_; }
+  size_t block_bytes() const override { return param_bytes_ + size_t(R_) * row_bytes_; }
+
+  void encode(const float* keys, int64_t, uint8_t* block) const override {
+    std::vector<uint8_t> codes(size_t(R_) * d_);
+    for (int j = 0; j < n_tg_; ++j) {
+      const int t0 = j * G_, n = std::min(G_, R_ - t0);
+      for (int c = 0; c < d_; ++c) {
+        const GroupParams g = quantize_group(keys + size_t(t0) * d_ + c, n, size_t(d_), bits_,
+                                             codes.data() + size_t(t0) * d_ + c, size_t(d_));
+        put_params(block + (size_t(j) * d_ + c) * 4, g);
+      }
+    }
+    for (int t = 0; t < R_; ++t) pack_bits(codes.data() + size_t(t) * d_, size_t(d_), bits_, row(block, t));
+  }
+
+  void decode(const uint8_t* block, int64_t, float* keys) const override {
+    std::vector<uint8_t> codes(static_cast<size_t>(d_));
+    for (int t = 0; t < R_; ++t) {
+      unpack_bits(row(block, t), size_t(d_), bits_, codes.data());
+      const int j = t / G_;
+      for (int c = 0; c < d_; ++c) {
+        const GroupParams g = get_params(block + (size_t(j) * d_ + c) * 4);
+        keys[size_t(t) * d_ + c] = std::fma(float(codes[size_t(c)]), g.scale, g.zero);
+      }
+    }
+  }
+
+  size_t query_state_floats() const override { return size_t(d_); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    std::vector<float> qs(size_t(n_q) * d_), bias(static_cast<size_t>(n_q)), codes_f(static_cast<size_t>(d_));
+    std::vector<uint8_t> codes(static_cast<size_t>(d_));
+    int64_t cur_group = -1;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / R_;
+      const int t = int(i % R_);
+      const uint8_t* block = blocks + size_t(b) * block_bytes();
+      const int64_t group_id = b * n_tg_ + t / G_;
+      if (group_id != cur_group) {  // the query scaled by this token group's scales, and its bias
+        cur_group = group_id;
+        const uint8_t* params = block + size_t(t / G_) * d_ * 4;
+        for (int r = 0; r < n_q; ++r) {
+          float bsum = 0;
+          for (int c = 0; c < d_; ++c) {
+            const GroupParams g = get_params(params + size_t(c) * 4);
+            qs[size_t(r) * d_ + c] = states[size_t(r) * d_ + c] * g.scale;
+            bsum += states[size_t(r) * d_ + c] * g.zero;
+          }
+          bias[size_t(r)] = bsum;
+        }
+      }
+      unpack_bits(row(block, t), size_t(d_), bits_, codes.data());
+      affine_u8(codes.data(), d_, 1.0f, 0.0f, codes_f.data());
+      float* o = out + (i - i0);
+      dot_rows(qs.data(), n_q, size_t(d_), codes_f.data(), d_, o, out_stride);
+      for (int r = 0; r < n_q; ++r) o[size_t(r) * out_stride] += bias[size_t(r)];
+    }
+  }
+
+ private:
+  uint8_t* row(uint8_t* block, int t) const { return block + param_bytes_ + size_t(t) * row_bytes_; }
+  const uint8_t* row(const uint8_t* block, int t) const { return block + param_bytes_ + size_t(t) * row_bytes_; }
+  int d_, bits_, G_, R_, n_tg_;
+  size_t row_bytes_, param_bytes_;
+};
+
+// One token per block: [ceil(d/G) channel groups x (scale, zero)] then d packed codes. Used for
+// values, and for keys with kaxis=token.
+class KiviTokenCodec {
+ public:
+  KiviTokenCodec(int d, int bits, int group)
+      : d_(d), bits_(bits), G_(std::min(group, d)), n_g_((d + G_ - 1) / G_),
+        param_bytes_(size_t(n_g_) * 4), bytes_(param_bytes_ + packed_bytes(size_t(d), bits)) {}
+  size_t bytes() const { return bytes_; }
+
+  void encode(const float* x, uint8_t* tok) const {
+    std::vector<uint8_t> codes(static_cast<size_t>(d_));
+    for (int g = 0; g < n_g_; ++g) {
+      const int c0 = g * G_, n = std::min(G_, d_ - c0);
+      put_params(tok + size_t(g) * 4, quantize_group(x + c0, n, 1, bits_, codes.data() + c0, 1));
+    }
+    pack_bits(codes.data(), size_t(d_), bits_, tok + param_bytes_);
+  }
+  // Decodes into out[d] (the reference, and the fused paths' per-token step).
+  void decode(const uint8_t* tok, float* out) const {
+    uint8_t codes[4096];
+    unpack_bits(tok + param_bytes_, size_t(d_), bits_, codes);
+    for (int g = 0; g < n_g_; ++g) {
+      const int c0 = g * G_, n = std::min(G_, d_ - c0);
+      const GroupParams p = get_params(tok + size_t(g) * 4);
+      affine_u8(codes + c0, n, p.scale, p.zero, out + c0);
+    }
+  }
+
+ private:
+  int d_, bits_, G_, n_g_;
+  size_t param_bytes_, bytes_;
+};
+
+class KiviTokenKeyCodec final : public KeyCodec {
+ public:
+  KiviTokenKeyCodec(int d, int bits, int group) : d_(d), c_(d, bits, group) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return c_.bytes(); }
+  void encode(const float* keys, int64_t, uint8_t* block) const override { c_.encode(keys, block); }
+  void decode(const uint8_t* block, int64_t, float* keys) const override { c_.decode(block, keys); }
+  size_t query_state_floats() const override { return size_t(d_); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    std::vector<float> k(static_cast<size_t>(d_));
+    for (int64_t i = i0; i < i1; ++i) {
+      c_.decode(blocks + size_t(i) * c_.bytes(), k.data());
+      dot_rows(states, n_q, size_t(d_), k.data(), d_, out + (i - i0), out_stride);
+    }
+  }
+
+ private:
+  int d_;
+  KiviTokenCodec c_;
+};
+
+class KiviValueCodec final : public ValueCodec {
+ public:
+  KiviValueCodec(int d, int bits, int group) : d_(d), c_(d, bits, group) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return 1; }
+  size_t block_bytes() const override { return c_.bytes(); }
+  void encode(const float* values, int64_t, uint8_t* block) const override { c_.encode(values, block); }
+  void decode(const uint8_t* block, int64_t, float* values) const override { c_.decode(block, values); }
+  size_t accum_floats() const override { return size_t(d_); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    std::vector<float> v(static_cast<size_t>(d_));
+    for (int64_t i = i0; i < i1; ++i) {
+      c_.decode(blocks + size_t(i) * c_.bytes(), v.data());
+      axpy_rows(w + (i - i0), w_stride, n_q, v.data(), d_, acc, size_t(d_));
+    }
+  }
+  void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
+
+ private:
+  int d_;
+  KiviTokenCodec c_;
+};
+
+class KiviMethod final : public MethodImpl {
+ public:
+  explicit KiviMethod(const ParamValues& v)
+      : kbits_(param_int(v, "kbits")), vbits_(param_int(v, "vbits")), group_(param_int(v, "group")),
+        residual_(param_int(v, "residual")), per_token_keys_(param_int(v, "kaxis") == 1) {}
+  std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
+    check(ctx.head_dim);
+    if (per_token_keys_) return std::make_unique<KiviTokenKeyCodec>(ctx.head_dim, kbits_, group_);
+    return std::make_unique<KiviChannelKeyCodec>(ctx.head_dim, kbits_, group_, key_block());
+  }
+  std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
+    check(ctx.head_dim);
+    return std::make_unique<KiviValueCodec>(ctx.head_dim, vbits_, group_);
+  }
+  double key_bits(int d) const override {
+    if (per_token_keys_) return token_bits(kbits_, d);
+    const int G = std::min(group_, key_block());
+    const int groups = (key_block() + G - 1) / G;
+    return kbits_ + 32.0 * groups / key_block();
+  }
+  double value_bits(int d) const override { return token_bits(vbits_, d); }
+  // Per-channel keys are quantized a whole block at a time, so nothing stays behind; per-token
+  // keys and values keep the newest `residual` tokens in fp16.
+  int key_keep() const override { return per_token_keys_ ? residual_ : 0; }
+  int value_keep() const override { return residual_; }
+
+ private:
+  int key_block() const { return residual_ > 0 ? residual_ : group_; }
+  double token_bits(int bits, int d) const {
+    const int G = std::min(group_, d);
+    return bits + 32.0 * ((d + G - 1) / G) / d;
+  }
+  static void check(int d) { VQ_CHECK(d <= 4096, fmt::format("kivi: head_dim {} above 4096", d)); }
+  int kbits_, vbits_, group_, residual_;
+  bool per_token_keys_;
+};
+
+}  // namespace
+
+const MethodDef& kivi_method() {
+  static const MethodDef def{
+      {"kivi",
+       "KIVI: asymmetric min/max quantization, keys per channel, values per token, fp16 residual window",
+       {
+           {"kbits", ParamType::kInt, 2, 2, 4, "bits per key code", {}},
+           {"vbits", ParamType::kInt, 2, 2, 4, "bits per value code", {}},
+           {"group", ParamType::kInt, 32, 1, 1024, "group size (tokens per key group, channels per value group)", {}},
+           {"residual", ParamType::kInt, 128, 0, 65536, "newest tokens kept in fp16 (keys leave in whole blocks of this)", {}},
+           {"kaxis", ParamType::kChoice, 0, 0, 1, "key grouping axis (token: the paper's ablation)", {"channel", "token"}},
+       }},
+      [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<KiviMethod>(v); }};
+  return def;
+}
+
+}  // namespace vq::kv
