@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "src/engine/ops.h"
 #include "src/engine/quants.h"
 #include "veloxquant/error.h"
 
@@ -41,6 +42,19 @@ const float* Model::vector(const std::string& name, int64_t n) const {
   VQ_CHECK_DATA(reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0,
                 fmt::format("{}: tensor '{}' is misaligned", file_->path(), name));
   return reinterpret_cast<const float*>(t.data);
+}
+
+void Model::output_logits(const std::vector<float>& x, int n, const uint8_t* want, const float* norm,
+                          const Weight& out, float* logits) const {
+  if (!want || !logits) return;
+  const int64_t E = cfg_.n_embd;
+  std::vector<float> rows;
+  for (int i = 0; i < n; ++i) {
+    if (want[i]) rows.insert(rows.end(), x.begin() + i * E, x.begin() + (i + 1) * E);
+  }
+  const int64_t n_out = int64_t(rows.size()) / E;
+  rms_norm(rows.data(), norm, n_out, E, cfg_.rms_eps, rows.data());
+  matmul(out, rows.data(), n_out, logits);
 }
 
 }  // namespace vq::engine

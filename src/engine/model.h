@@ -49,6 +49,10 @@ class Model {
   Model() = default;
   Weight weight(const std::string& name, int64_t rows, int64_t cols) const;
   const float* vector(const std::string& name, int64_t n) const;
+  // Final norm and output projection of the rows of x ([n][n_embd]) whose want flag is set,
+  // written in order to logits.
+  void output_logits(const std::vector<float>& x, int n, const uint8_t* want, const float* norm,
+                     const Weight& out, float* logits) const;
 
   ModelConfig cfg_;
   std::unique_ptr<GgufFile> file_;

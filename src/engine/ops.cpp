@@ -2,6 +2,7 @@
 #include "src/engine/ops.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "src/core/fp16.h"
@@ -20,46 +21,46 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, f
   }
 }
 
-void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
-  const int half = head_dim / 2;
+namespace {
+// cos and sin of pos * freq_scale * base^(-2i/head_dim) for i < head_dim/2, the angle built by
+// repeated multiplication as ggml_rope_cache_init does.
+void rope_angles(int head_dim, int64_t pos, float base, float freq_scale, float* cs, float* sn) {
   const float theta_scale = std::pow(base, -2.0f / float(head_dim));
-  float cs[1024], sn[1024];
   float theta = float(pos);
-  for (int i = 0; i < half; ++i) {
+  for (int i = 0; i < head_dim / 2; ++i) {
     const float t = freq_scale * theta;
     cs[i] = std::cos(t);
     sn[i] = std::sin(t);
     theta *= theta_scale;
-  }
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + int64_t(h) * head_dim;
-    for (int i = 0; i < half; ++i) {
-      const float x0 = v[i], x1 = v[i + half];
-      v[i] = x0 * cs[i] - x1 * sn[i];
-      v[i + half] = x0 * sn[i] + x1 * cs[i];
-    }
   }
 }
 
-void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
-  const int half = head_dim / 2;
-  const float theta_scale = std::pow(base, -2.0f / float(head_dim));
-  float cs[1024], sn[1024];
-  float theta = float(pos);
-  for (int i = 0; i < half; ++i) {
-    const float t = freq_scale * theta;
-    cs[i] = std::cos(t);
-    sn[i] = std::sin(t);
-    theta *= theta_scale;
-  }
+// Rotates pairs (a(i), b(i)) of each head by the angles.
+template <typename Pair>
+void rotate(float* x, int n_heads, int head_dim, const float* cs, const float* sn, Pair pair) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + int64_t(h) * head_dim;
-    for (int i = 0; i < half; ++i) {
-      const float x0 = v[2 * i], x1 = v[2 * i + 1];
-      v[2 * i] = x0 * cs[i] - x1 * sn[i];
-      v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const auto [a, b] = pair(i);
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs[i] - x1 * sn[i];
+      v[b] = x0 * sn[i] + x1 * cs[i];
     }
   }
+}
+}  // namespace
+
+void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+  float cs[512], sn[512];
+  rope_angles(head_dim, pos, base, freq_scale, cs, sn);
+  const int half = head_dim / 2;
+  rotate(x, n_heads, head_dim, cs, sn, [half](int i) { return std::pair<int, int>(i, i + half); });
+}
+
+void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+  float cs[512], sn[512];
+  rope_angles(head_dim, pos, base, freq_scale, cs, sn);
+  rotate(x, n_heads, head_dim, cs, sn, [](int i) { return std::pair<int, int>(2 * i, 2 * i + 1); });
 }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* y) {

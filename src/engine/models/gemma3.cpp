@@ -129,14 +129,7 @@ class Gemma3 final : public Model {
       rms_norm(o.data(), L.post_ffw_norm, n, E, c.rms_eps, o.data());
       for (size_t j = 0; j < x.size(); ++j) x[j] = o[j] + sa[j];
     }
-    if (!want_logits || !logits) return;
-    std::vector<float> rows;
-    for (int i = 0; i < n; ++i) {
-      if (want_logits[i]) rows.insert(rows.end(), x.begin() + i * E, x.begin() + (i + 1) * E);
-    }
-    const int64_t n_out = int64_t(rows.size()) / E;
-    rms_norm(rows.data(), out_norm_, n_out, E, c.rms_eps, rows.data());
-    matmul(embd_, rows.data(), n_out, logits);
+    output_logits(x, n, want_logits, out_norm_, embd_, logits);
   }
 
  private:

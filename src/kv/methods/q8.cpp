@@ -28,7 +28,10 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "src/kv/methods/baseline.h"
+#include "src/kv/methods/token_codec.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {
@@ -58,53 +61,20 @@ void encode_token(const float* x, int d, uint8_t* out) {
 
 using Fmt = Q8Format;
 
-class Q8KeyCodec final : public KeyCodec {
- public:
-  explicit Q8KeyCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
-    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
-  }
-  int head_dim() const override { return d_; }
-  int block_tokens() const override { return 1; }
-  size_t block_bytes() const override { return bytes_; }
-  void encode(const float* keys, int64_t, uint8_t* block) const override { encode_token(keys, d_, block); }
-  void decode(const uint8_t* block, int64_t, float* keys) const override { decode_token<Fmt>(block, d_, keys); }
-  size_t query_state_floats() const override { return size_t(d_); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
-  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-              float* out, size_t out_stride) const override {
-    HWY_DYNAMIC_DISPATCH(Q8Scores)(states, n_q, size_t(d_), blocks + size_t(i0) * bytes_, bytes_,
-                                   i1 - i0, d_, out, out_stride);
-  }
+void scores(const float* q, int n_q, size_t q_stride, const uint8_t* tokens, size_t tok_bytes, int64_t n, int d,
+            float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(Q8Scores)(q, n_q, q_stride, tokens, tok_bytes, n, d, out, out_stride);
+}
+void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* tokens, size_t tok_bytes, int64_t n,
+                int d, float* acc, size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(Q8Accumulate)(w, w_stride, n_q, tokens, tok_bytes, n, d, acc, acc_stride);
+}
 
- private:
-  int d_;
-  size_t bytes_;
-};
+const TokenFormat kFormat{token_bytes<Fmt>, encode_token, decode_token<Fmt>, scores, accumulate};
 
-class Q8ValueCodec final : public ValueCodec {
- public:
-  explicit Q8ValueCodec(int d) : d_(d), bytes_(token_bytes<Fmt>(d)) {
-    VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, "head_dim above 2048 is not supported");
-  }
-  int head_dim() const override { return d_; }
-  int block_tokens() const override { return 1; }
-  size_t block_bytes() const override { return bytes_; }
-  void encode(const float* values, int64_t, uint8_t* block) const override { encode_token(values, d_, block); }
-  void decode(const uint8_t* block, int64_t, float* values) const override { decode_token<Fmt>(block, d_, values); }
-  size_t accum_floats() const override { return size_t(d_); }
-  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t,
-                  int64_t i0, int64_t i1, float* acc) const override {
-    HWY_DYNAMIC_DISPATCH(Q8Accumulate)(w, w_stride, n_q, blocks + size_t(i0) * bytes_, bytes_,
-                                       i1 - i0, d_, acc, size_t(d_));
-  }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    std::copy_n(acc, size_t(n_q) * d_, out);
-  }
-
- private:
-  int d_;
-  size_t bytes_;
-};
+void check_dim(int d) {
+  VQ_CHECK(d <= kQuantGroup * kMaxQuantGroups, fmt::format("q8: head_dim {} above 2048", d));
+}
 
 }  // namespace
 
@@ -112,8 +82,14 @@ const MethodDef& q8_method() {
   static const MethodDef def{
       {"q8", "int8 per group of 32 with an fp16 scale (llama.cpp q8_0)", baseline_params()},
       [](const ParamValues& v) {
-        return make_baseline({[](int d) { return std::make_unique<Q8KeyCodec>(d); },
-                              [](int d) { return std::make_unique<Q8ValueCodec>(d); },
+        return make_baseline({[](int d) {
+                                check_dim(d);
+                                return make_token_key_codec(kFormat, d);
+                              },
+                              [](int d) {
+                                check_dim(d);
+                                return make_token_value_codec(kFormat, d);
+                              },
                               [](int d) { return grouped_bits<Fmt>(d); }},
                              v);
       }};
