@@ -76,7 +76,7 @@ Runner add_perplexity_command(CLI::App& app) {
     if (compare) ref = std::make_unique<engine::Session>(*model, ref_method, n_ctx, o->ubatch);
     std::vector<uint8_t> want(size_t(n_ctx), 0);
     for (int64_t j = first; j < n_ctx - 1; ++j) want[size_t(j)] = 1;
-    double nll = 0, nll2 = 0;
+    double nll = 0, nll2 = 0, ref_nll = 0;
     int64_t count = 0, agree = 0;
     std::vector<double> kls;
     std::vector<double> lp, lq;
@@ -100,6 +100,7 @@ Runner add_perplexity_command(CLI::App& app) {
         ++count;
         if (ref) {
           log_softmax(ref_logits.data() + k * V, V, &lp);
+          ref_nll -= lp[size_t(chunk[size_t(j + 1)])];
           double kl = 0;
           for (int64_t i = 0; i < V; ++i) kl += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
           kls.push_back(std::max(0.0, kl));
@@ -136,6 +137,7 @@ Runner add_perplexity_command(CLI::App& app) {
       j["kl_mean"] = sum / double(kls.size());
       j["kl_p99"] = sorted[std::min(sorted.size() - 1, size_t(0.99 * double(sorted.size())))];
       j["top1_agreement"] = double(agree) / double(count);
+      j["ppl_fp16"] = std::exp(ref_nll / double(count));
     }
     if (o->json) {
       fmt::print("{}\n", j.dump(2));
@@ -143,8 +145,8 @@ Runner add_perplexity_command(CLI::App& app) {
       fmt::print("kv {} ({:.3f} bits/element): PPL = {:.4f} +/- {:.5f} over {} tokens ({} chunks of {})\n", method.spec(),
                  method.bits_per_element(head_dim), ppl, stderr_ppl, count, n_chunks, n_ctx);
       if (compare) {
-        fmt::print("against fp16: mean KL {:.6f}, p99 KL {:.6f}, top-1 agreement {:.4f}\n", double(j["kl_mean"]),
-                   double(j["kl_p99"]), double(j["top1_agreement"]));
+        fmt::print("against fp16 (PPL {:.4f} on the same tokens): mean KL {:.6f}, p99 KL {:.6f}, top-1 agreement {:.4f}\n",
+                   double(j["ppl_fp16"]), double(j["kl_mean"]), double(j["kl_p99"]), double(j["top1_agreement"]));
       }
     }
     return 0;
