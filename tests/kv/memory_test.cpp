@@ -35,6 +35,9 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
   }
   check_formula("q4", 80, 32768);
   check_formula("q4:residual=128,sink=4", 128, 32768);
+  for (const char* spec : {"kivi", "kivi:kbits=3,vbits=4,group=64", "kivi:kaxis=token", "k=kivi,v=q8"}) {
+    check_formula(spec, 128, 32768);
+  }
 }
 
 TEST(Memory, WindowAndSinksCountedApart) {
