@@ -20,7 +20,13 @@ void F16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, size_t n
     hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in + i))),
                df, out + i);
   }
-  for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
+  // The tail one lane at a time, still through the vector converter (the scalar bit-twiddling
+  // version is much slower, which matters for short rows such as a token's group scales).
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  for (; i < n; ++i) {
+    out[i] = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(in + i))));
+  }
 }
 
 void BF16ToF32(const uint16_t* HWY_RESTRICT in, float* HWY_RESTRICT out, size_t n) {

@@ -36,6 +36,28 @@ struct HalfLoader {
   }
 };
 
+struct FloatLoader {
+  struct Scales {};
+  template <class DF>
+  static HWY_INLINE void LoadScales(DF, const uint8_t*, int, Scales*) {}
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Load(DF df, const uint8_t* HWY_RESTRICT tok, int, int g, int first, Scales) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(tok) + g * kFusedGroup + first);
+  }
+  static float Value(const uint8_t* tok, int, int j) { return reinterpret_cast<const float*>(tok)[j]; }
+};
+
+void FloatScores(const float* q, int n_q, size_t q_stride, const float* x, size_t x_stride, int64_t n, int d,
+                 float* out, size_t out_stride) {
+  FusedScores<FloatLoader>(q, n_q, q_stride, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, d, out, out_stride);
+}
+
+void FloatAccumulate(const float* w, size_t w_stride, int n_q, const float* x, size_t x_stride, int64_t n, int d,
+                     float* acc, size_t acc_stride) {
+  FusedAccumulate<FloatLoader>(w, w_stride, n_q, reinterpret_cast<const uint8_t*>(x), x_stride * 4, n, d, acc,
+                               acc_stride);
+}
+
 void HalfScores(bool bf16, const float* q, int n_q, size_t q_stride, const uint16_t* x,
                 size_t x_stride, int64_t n, int d, float* out, size_t out_stride) {
   const uint8_t* bytes = reinterpret_cast<const uint8_t*>(x);
@@ -63,6 +85,17 @@ HWY_AFTER_NAMESPACE();
 namespace vq::kv {
 HWY_EXPORT(HalfScores);
 HWY_EXPORT(HalfAccumulate);
+HWY_EXPORT(FloatScores);
+HWY_EXPORT(FloatAccumulate);
+
+void float_scores(const float* q, int n_q, size_t q_stride, const float* x, size_t x_stride, int64_t n, int d,
+                  float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(FloatScores)(q, n_q, q_stride, x, x_stride, n, d, out, out_stride);
+}
+void float_accumulate(const float* w, size_t w_stride, int n_q, const float* x, size_t x_stride, int64_t n, int d,
+                      float* acc, size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(FloatAccumulate)(w, w_stride, n_q, x, x_stride, n, d, acc, acc_stride);
+}
 
 void half_scores(HalfKind kind, const float* q, int n_q, size_t q_stride, const uint16_t* x,
                  size_t x_stride, int64_t n, int d, float* out, size_t out_stride) {

@@ -17,4 +17,11 @@ void half_scores(HalfKind kind, const float* q, int n_q, size_t q_stride, const 
 void half_accumulate(HalfKind kind, const float* w, size_t w_stride, int n_q, const uint16_t* x,
                      size_t x_stride, int64_t n, int d, float* acc, size_t acc_stride);
 
+// The same kernels over fp32 rows (x_stride in floats): for codecs that decode a tile of tokens
+// into a cache-resident scratch first.
+void float_scores(const float* q, int n_q, size_t q_stride, const float* x, size_t x_stride, int64_t n, int d,
+                  float* out, size_t out_stride);
+void float_accumulate(const float* w, size_t w_stride, int n_q, const float* x, size_t x_stride, int64_t n, int d,
+                      float* acc, size_t acc_stride);
+
 }  // namespace vq::kv

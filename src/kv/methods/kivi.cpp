@@ -12,7 +12,9 @@
 //
 // Scores from the packed per-channel codes: within a token group, q.k = sum_c (q_c s_c) code_c +
 // sum_c q_c z_c, so the query is scaled by the group's scales once and each token costs one dot
-// product with its codes. Values: each token is decoded into registers/L1 and accumulated.
+// product with its codes (widened to floats a group at a time). Values: the tokens of an
+// attention tile are decoded into a cache-resident scratch and accumulated by the shared fused
+// kernel.
 //
 // Bits per element (counted honestly): keys b + 32 * ceil(R/G) / R, values b + 32 * ceil(d/G) / d
 // (an fp16 scale and zero per group); the fp16 window is reported apart.
@@ -25,6 +27,7 @@
 
 #include "src/core/bitpack.h"
 #include "src/core/fp16.h"
+#include "src/kv/f16_kernels.h"
 #include "src/kv/registry.h"
 #include "src/kv/vector_ops.h"
 #include "veloxquant/error.h"
@@ -108,32 +111,41 @@ class KiviChannelKeyCodec final : public KeyCodec {
 
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    std::vector<float> qs(size_t(n_q) * d_), bias(static_cast<size_t>(n_q)), codes_f(static_cast<size_t>(d_));
-    std::vector<uint8_t> codes(static_cast<size_t>(d_));
-    int64_t cur_group = -1;
-    for (int64_t i = i0; i < i1; ++i) {
+    // Per token group: the query scaled by the group's per-channel scales (once), the bias
+    // sum_c q_c z_c, and the group's codes as floats in a small scratch; then one fused call.
+    thread_local std::vector<float> qs, bias, tile, sc, zr;
+    thread_local std::vector<uint8_t> codes;
+    qs.resize(size_t(n_q) * d_);
+    bias.resize(size_t(n_q));
+    tile.resize(size_t(G_) * d_);
+    sc.resize(size_t(d_));
+    zr.resize(size_t(d_));
+    codes.resize(size_t(d_));
+    for (int64_t i = i0; i < i1;) {
       const int64_t b = i / R_;
-      const int t = int(i % R_);
+      const int t = int(i % R_), j = t / G_;
+      const int t_end = int(std::min<int64_t>(std::min((j + 1) * G_, R_), t + (i1 - i)));
       const uint8_t* block = blocks + size_t(b) * block_bytes();
-      const int64_t group_id = b * n_tg_ + t / G_;
-      if (group_id != cur_group) {  // the query scaled by this token group's scales, and its bias
-        cur_group = group_id;
-        const uint8_t* params = block + size_t(t / G_) * d_ * 4;
-        for (int r = 0; r < n_q; ++r) {
-          float bsum = 0;
-          for (int c = 0; c < d_; ++c) {
-            const GroupParams g = get_params(params + size_t(c) * 4);
-            qs[size_t(r) * d_ + c] = states[size_t(r) * d_ + c] * g.scale;
-            bsum += states[size_t(r) * d_ + c] * g.zero;
-          }
-          bias[size_t(r)] = bsum;
-        }
+      const uint8_t* params = block + size_t(j) * d_ * 4;
+      for (int c = 0; c < d_; ++c) {
+        const GroupParams g = get_params(params + size_t(c) * 4);
+        sc[size_t(c)] = g.scale;
+        zr[size_t(c)] = g.zero;
       }
-      unpack_bits(row(block, t), size_t(d_), bits_, codes.data());
-      affine_u8(codes.data(), d_, 1.0f, 0.0f, codes_f.data());
+      dot_rows(states, n_q, size_t(d_), zr.data(), d_, bias.data(), 1);
+      for (int r = 0; r < n_q; ++r) {
+        for (int c = 0; c < d_; ++c) qs[size_t(r) * d_ + c] = states[size_t(r) * d_ + c] * sc[size_t(c)];
+      }
+      for (int u = t; u < t_end; ++u) {
+        unpack_bits(row(block, u), size_t(d_), bits_, codes.data());
+        affine_u8(codes.data(), d_, 1.0f, 0.0f, tile.data() + size_t(u - t) * d_);
+      }
       float* o = out + (i - i0);
-      dot_rows(qs.data(), n_q, size_t(d_), codes_f.data(), d_, o, out_stride);
-      for (int r = 0; r < n_q; ++r) o[size_t(r) * out_stride] += bias[size_t(r)];
+      float_scores(qs.data(), n_q, size_t(d_), tile.data(), size_t(d_), t_end - t, d_, o, out_stride);
+      for (int r = 0; r < n_q; ++r) {
+        for (int u = 0; u < t_end - t; ++u) o[size_t(r) * out_stride + size_t(u)] += bias[size_t(r)];
+      }
+      i += t_end - t;
     }
   }
 
@@ -161,14 +173,23 @@ class KiviTokenCodec {
     }
     pack_bits(codes.data(), size_t(d_), bits_, tok + param_bytes_);
   }
+  // Tokens [i0, i1) of a run decoded into a thread-local scratch (one attention tile, at most a
+  // few hundred tokens: it stays in cache; no full-length fp16/fp32 copy is ever built).
+  const float* decode_run(const uint8_t* blocks, int64_t i0, int64_t i1) const {
+    thread_local std::vector<float> tile;
+    tile.resize(size_t(i1 - i0) * d_);
+    for (int64_t i = i0; i < i1; ++i) decode(blocks + size_t(i) * bytes_, tile.data() + size_t(i - i0) * d_);
+    return tile.data();
+  }
   // Decodes into out[d] (the reference, and the fused paths' per-token step).
   void decode(const uint8_t* tok, float* out) const {
     uint8_t codes[4096];
+    float params[2 * 4096];  // (scale, zero) per group, converted together
     unpack_bits(tok + param_bytes_, size_t(d_), bits_, codes);
+    f16_to_f32(reinterpret_cast<const uint16_t*>(tok), params, size_t(2 * n_g_));
     for (int g = 0; g < n_g_; ++g) {
       const int c0 = g * G_, n = std::min(G_, d_ - c0);
-      const GroupParams p = get_params(tok + size_t(g) * 4);
-      affine_u8(codes + c0, n, p.scale, p.zero, out + c0);
+      affine_u8(codes + c0, n, params[2 * g], params[2 * g + 1], out + c0);
     }
   }
 
@@ -189,11 +210,8 @@ class KiviTokenKeyCodec final : public KeyCodec {
   void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    std::vector<float> k(static_cast<size_t>(d_));
-    for (int64_t i = i0; i < i1; ++i) {
-      c_.decode(blocks + size_t(i) * c_.bytes(), k.data());
-      dot_rows(states, n_q, size_t(d_), k.data(), d_, out + (i - i0), out_stride);
-    }
+    const float* tile = c_.decode_run(blocks, i0, i1);
+    float_scores(states, n_q, size_t(d_), tile, size_t(d_), i1 - i0, d_, out, out_stride);
   }
 
  private:
@@ -212,11 +230,8 @@ class KiviValueCodec final : public ValueCodec {
   size_t accum_floats() const override { return size_t(d_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    std::vector<float> v(static_cast<size_t>(d_));
-    for (int64_t i = i0; i < i1; ++i) {
-      c_.decode(blocks + size_t(i) * c_.bytes(), v.data());
-      axpy_rows(w + (i - i0), w_stride, n_q, v.data(), d_, acc, size_t(d_));
-    }
+    const float* tile = c_.decode_run(blocks, i0, i1);
+    float_accumulate(w, w_stride, n_q, tile, size_t(d_), i1 - i0, d_, acc, size_t(d_));
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
 
