@@ -31,21 +31,6 @@ void DotRows(const float* HWY_RESTRICT q, int n_q, size_t q_stride, const float*
   }
 }
 
-void AxpyRows(const float* HWY_RESTRICT w, size_t w_stride, int n_q, const float* HWY_RESTRICT x, int n,
-              float* HWY_RESTRICT acc, size_t acc_stride) {
-  const hn::ScalableTag<float> df;
-  const int N = int(hn::Lanes(df));
-  for (int r = 0; r < n_q; ++r) {
-    const float wr = w[size_t(r) * w_stride];
-    if (wr == 0.0f) continue;
-    const auto vw = hn::Set(df, wr);
-    float* ar = acc + size_t(r) * acc_stride;
-    int i = 0;
-    for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, x + i), hn::LoadU(df, ar + i)), df, ar + i);
-    for (; i < n; ++i) ar[i] += wr * x[i];
-  }
-}
-
 void AffineU8(const uint8_t* HWY_RESTRICT codes, int n, float scale, float zero, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -68,14 +53,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace vq::kv {
 HWY_EXPORT(DotRows);
-HWY_EXPORT(AxpyRows);
 HWY_EXPORT(AffineU8);
 
 void dot_rows(const float* q, int n_q, size_t q_stride, const float* x, int n, float* out, size_t out_stride) {
   HWY_DYNAMIC_DISPATCH(DotRows)(q, n_q, q_stride, x, n, out, out_stride);
-}
-void axpy_rows(const float* w, size_t w_stride, int n_q, const float* x, int n, float* acc, size_t acc_stride) {
-  HWY_DYNAMIC_DISPATCH(AxpyRows)(w, w_stride, n_q, x, n, acc, acc_stride);
 }
 void affine_u8(const uint8_t* codes, int n, float scale, float zero, float* out) {
   HWY_DYNAMIC_DISPATCH(AffineU8)(codes, n, scale, zero, out);
