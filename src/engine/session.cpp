@@ -3,13 +3,42 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <string>
+
 #include "veloxquant/error.h"
 
 namespace vq::engine {
 
-Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch)
-    : model_(model), cache_(method, model.cache_layout()), n_ctx_(n_ctx), ubatch_(ubatch) {
+namespace {
+
+kv::KvCache budgeted_cache(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch, size_t budget) {
   VQ_CHECK(n_ctx > 0, "context size must be positive");
+  const auto layout = model.cache_layout();
+  if (budget > 0) {
+    const size_t need = kv::estimate_kv_bytes(method, layout, n_ctx, ubatch);
+    VQ_CHECK(need <= budget, fmt::format("the KV cache for {} tokens with {} needs {:.1f} MiB, over the budget of "
+                                         "{:.1f} MiB (--kv-budget): lower -c or use a smaller method",
+                                         n_ctx, method.spec(), need / 1048576.0, budget / 1048576.0));
+  }
+  return kv::KvCache(method, layout);
+}
+
+}  // namespace
+
+size_t default_kv_budget() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024 / 10 * 8;
+  }
+  return 0;  // unknown: no limit
+}
+
+Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch, size_t kv_budget)
+    : model_(model), cache_(budgeted_cache(model, method, n_ctx, ubatch, kv_budget)), n_ctx_(n_ctx), ubatch_(ubatch) {
   VQ_CHECK(ubatch > 0, "--ubatch must be positive");
 }
 

@@ -14,7 +14,9 @@ namespace vq::engine {
 
 class Session {
  public:
-  Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch = 512);
+  // Refuses (vq::Error, usage) a cache whose estimated size at n_ctx tokens exceeds kv_budget
+  // bytes, before allocating anything; 0 means no limit.
+  Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch = 512, size_t kv_budget = 0);
 
   // Feeds tokens at the current position. Logits of the last token go to `last` (if given);
   // with `all`, logits of every token ([n][n_vocab]). Refuses to run past n_ctx.
@@ -35,5 +37,8 @@ class Session {
   int ubatch_;
   int64_t n_past_ = 0;
 };
+
+// 80% of the memory the system reports available (MemAvailable), the default --kv-budget.
+size_t default_kv_budget();
 
 }  // namespace vq::engine

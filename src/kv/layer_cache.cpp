@@ -1,6 +1,7 @@
 // LayerCache and KvCache: codecs per layer, two TokenStreams per KV head, memory accounting.
 #include <fmt/format.h>
 
+#include "src/core/aligned_buffer.h"
 #include "src/core/threads.h"
 #include "src/kv/registry.h"
 #include "src/kv/stream.h"
@@ -94,6 +95,32 @@ MemoryUsage LayerCache::memory() const {
 
 const TokenStream& LayerCache::key_stream(int head) const { return *keys_[size_t(head)]; }
 const TokenStream& LayerCache::value_stream(int head) const { return *values_[size_t(head)]; }
+
+size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& layers, int64_t n_tokens,
+                         int64_t max_batch) {
+  const auto round = [](size_t b) { return (b + kAlignment - 1) / kAlignment * kAlignment; };
+  size_t total = 0;
+  const int sinks = method.sink_tokens();
+  for (const LayerConfig& c : layers) {
+    const CodecContext ctx{c.head_dim, c.layer_index, 0};
+    const auto kc = method.keys().key_codec(ctx);
+    const auto vc = method.values().value_codec(ctx);
+    total += kc->param_bytes() + vc->param_bytes();
+    // A sliding layer keeps its window, the batch and at most two pages; a global layer keeps all.
+    const int64_t span =
+        c.sliding_window > 0 ? std::min<int64_t>(n_tokens, c.sliding_window + max_batch + 512) : n_tokens;
+    const auto stream = [&](int B, size_t block_bytes, int keep) {
+      const int64_t blocks = (std::max<int64_t>(0, span - sinks) + B - 1) / B;
+      const int64_t per_page = TokenStream::blocks_per_page(B);
+      const int64_t pages = (blocks + per_page - 1) / per_page;
+      return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + B) * c.head_dim * 2) +
+             round(size_t(sinks) * c.head_dim * 2);
+    };
+    total += size_t(c.n_kv_heads) * (stream(kc->block_tokens(), kc->block_bytes(), method.keys().key_keep()) +
+                                     stream(vc->block_tokens(), vc->block_bytes(), method.values().value_keep()));
+  }
+  return total;
+}
 
 KvCache::KvCache(const Method& method, const std::vector<LayerConfig>& layers) : method_(method) {
   layers_.reserve(layers.size());

@@ -19,11 +19,15 @@ TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int
       keep_(keep),
       sinks_capacity_(sinks),
       block_bytes_(block_bytes),
-      blocks_per_page_(std::max<int64_t>(1, (kPageTokens + block_tokens - 1) / block_tokens)),
+      blocks_per_page_(blocks_per_page(block_tokens)),
       sinks_(size_t(sinks) * head_dim),
       window_(size_t(keep + block_tokens) * head_dim),
       scratch_(size_t(block_tokens) * head_dim) {
   VQ_ASSERT(head_dim > 0 && block_tokens > 0 && keep >= 0 && sinks >= 0);
+}
+
+int64_t TokenStream::blocks_per_page(int block_tokens) {
+  return std::max<int64_t>(1, (kPageTokens + block_tokens - 1) / block_tokens);
 }
 
 void TokenStream::push(const float* x, const BlockEncoder& encode) {

@@ -29,6 +29,9 @@ class TokenStream {
  public:
   TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks);
 
+  // Blocks per page for a given block size (pages hold about 256 tokens).
+  static int64_t blocks_per_page(int block_tokens);
+
   // Appends the token at the next position; flushes the window's oldest block_tokens() tokens
   // through `encode` when the window holds keep + block_tokens().
   void push(const float* x, const BlockEncoder& encode);

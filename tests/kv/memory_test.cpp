@@ -66,3 +66,28 @@ TEST(Memory, CompressedIsSmaller) {
 
 }  // namespace
 }  // namespace vq::kv
+
+namespace vq::kv {
+namespace {
+
+// The budget check's estimate bounds what a cache really allocates, and is close to it.
+TEST(Memory, EstimateBoundsAllocation) {
+  for (const char* spec : {"fp16", "q4:rot=1", "kivi", "q8:residual=64,sink=4"}) {
+    SCOPED_TRACE(spec);
+    const Method m = parse_method(spec);
+    const std::vector<LayerConfig> layers = {{2, 64, 0, 0}, {2, 64, 1, 100}};
+    KvCache cache(m, layers);
+    const int64_t n = 3000;
+    std::vector<float> x(size_t(n) * 2 * 64, 0.25f);
+    for (int64_t t = 0; t < n; t += 500) {  // as an engine appends: one micro-batch at a time
+      for (size_t l = 0; l < layers.size(); ++l) cache.layer(l).append(x.data(), x.data(), int(std::min<int64_t>(500, n - t)));
+    }
+    const size_t actual = cache.memory().total();
+    const size_t estimate = estimate_kv_bytes(m, layers, n, 500);
+    EXPECT_GE(estimate, actual);
+    EXPECT_LE(double(estimate), 1.25 * double(actual));
+  }
+}
+
+}  // namespace
+}  // namespace vq::kv

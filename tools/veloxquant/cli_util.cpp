@@ -4,8 +4,30 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+
+#include "src/engine/session.h"
+#include "veloxquant/error.h"
 
 namespace vq::cli {
+
+size_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string digits = text.substr(0, i), suffix = text.substr(i);
+  size_t mult = 1;
+  if (suffix == "K" || suffix == "k") mult = size_t(1) << 10;
+  else if (suffix == "M" || suffix == "m") mult = size_t(1) << 20;
+  else if (suffix == "G" || suffix == "g") mult = size_t(1) << 30;
+  else if (!suffix.empty()) mult = 0;
+  VQ_CHECK(!digits.empty() && digits.size() <= 12 && mult != 0,
+           fmt::format("{} {}: expected a byte count such as 4096, 512M or 2G", flag, text));
+  return size_t(std::stoull(digits)) * mult;
+}
+
+size_t kv_budget_bytes(const std::string& option) {
+  return option.empty() ? engine::default_kv_budget() : parse_bytes(option, "--kv-budget");
+}
 
 Stats stats_of(std::vector<double> v) {
   Stats s;

@@ -11,6 +11,14 @@ struct Stats {
 };
 Stats stats_of(std::vector<double> v);
 
+// A byte count with an optional K, M or G suffix (powers of 1024), e.g. "512M"; throws a usage
+// error naming `flag` otherwise.
+size_t parse_bytes(const std::string& text, const std::string& flag);
+
+// The --kv-budget in bytes: the given size, 0 for no limit, or by default 80% of the available
+// memory.
+size_t kv_budget_bytes(const std::string& option);
+
 // Prints rows as an aligned text table; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);
 

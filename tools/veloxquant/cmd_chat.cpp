@@ -10,6 +10,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/utf8_stream.h"
 #include "veloxquant/error.h"
@@ -30,6 +31,7 @@ Runner add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model on stdin/stdout (one user message per line)");
   struct Opts {
     std::string model, kv = "fp16", system;
+    std::string kv_budget;
     int n_predict = 512, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
     engine::SamplerParams sp;
@@ -38,6 +40,7 @@ Runner add_chat_command(CLI::App& app) {
   o->sp.temperature = 0.0f;
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
+  cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("--system", o->system, "System prompt (prepended to the first user message, as Gemma's template does)");
   cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-c,--ctx", o->ctx, "Context size (tokens)")->check(CLI::Range(int64_t(16), int64_t(1) << 24));
@@ -54,7 +57,7 @@ Runner add_chat_command(CLI::App& app) {
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const kv::Method method = kv::parse_method(o->kv);
-    engine::Session session(*model, method, o->ctx, o->ubatch);
+    engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     const auto& tok = model->tokenizer();
     const bool interactive = isatty(STDIN_FILENO);

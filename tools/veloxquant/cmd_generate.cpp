@@ -7,6 +7,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/utf8_stream.h"
 #include "veloxquant/error.h"
@@ -17,6 +18,7 @@ Runner add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt");
   struct Opts {
     std::string model, prompt, kv = "fp16";
+    std::string kv_budget;
     int n_predict = 64, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
     engine::SamplerParams sp;
@@ -28,6 +30,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv", o->kv, "KV-cache method spec (see `veloxquant methods`)");
+  cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("-c,--ctx", o->ctx, "Context size (tokens)")->check(CLI::Range(int64_t(1), int64_t(1) << 24));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--ubatch", o->ubatch, "Prompt micro-batch size")->check(CLI::Range(1, 1 << 16));
@@ -45,7 +48,7 @@ Runner add_generate_command(CLI::App& app) {
     const kv::Method method = kv::parse_method(o->kv);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
-    engine::Session session(*model, method, o->ctx, o->ubatch);
+    engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     const auto& tok = model->tokenizer();
     const std::vector<int32_t> prompt = tok.encode(o->prompt);

@@ -39,6 +39,7 @@ Runner add_passkey_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("passkey", "Passkey retrieval accuracy at several context lengths");
   struct Opts {
     std::string model, kv = "fp16";
+    std::string kv_budget;
     std::vector<int64_t> ctx = {1024, 4096};
     int trials = 5, threads = 2, bands = 3;
     uint64_t seed = 1;
@@ -47,6 +48,7 @@ Runner add_passkey_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
+  cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("--ctx", o->ctx, "Prompt lengths in tokens (comma separated)")->delimiter(',');
   cmd->add_option("--trials", o->trials, "Trials per length")->check(CLI::Range(1, 100000));
   cmd->add_option("--bands", o->bands, "Depth bands to report")->check(CLI::Range(1, 100));
@@ -85,7 +87,7 @@ Runner add_passkey_command(CLI::App& app) {
           if (int64_t(ids.size()) <= ctx || n_filler == 1) break;
           --n_filler;
         }
-        engine::Session s(*model, method, int64_t(ids.size()) + 16);
+        engine::Session s(*model, method, int64_t(ids.size()) + 16, 512, kv_budget_bytes(o->kv_budget));
         std::vector<float> logits;
         s.feed(ids, &logits);
         std::string answer;

@@ -15,6 +15,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
 
@@ -38,6 +39,7 @@ Runner add_perplexity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Perplexity over a text file, chunked as llama-perplexity");
   struct Opts {
     std::string model, file, kv = "fp16";
+    std::string kv_budget;
     int64_t ctx = 512;
     int chunks = -1, threads = 2, ubatch = 512;
     bool json = false, progress = true;
@@ -46,6 +48,7 @@ Runner add_perplexity_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-f,--file", o->file, "Text file")->required();
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
+  cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("-c,--ctx", o->ctx, "Chunk size (tokens)")->check(CLI::Range(int64_t(8), int64_t(1) << 20));
   cmd->add_option("--chunks", o->chunks, "Chunks to evaluate (default: all)");
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
@@ -71,9 +74,10 @@ Runner add_perplexity_command(CLI::App& app) {
     VQ_CHECK(n_chunks > 0, fmt::format("{}: {} tokens, fewer than one chunk of {}", o->file, tokens.size(), n_ctx));
     if (o->chunks >= 0) n_chunks = std::min<int64_t>(n_chunks, o->chunks);
     const int64_t first = n_ctx / 2;
-    engine::Session session(*model, method, n_ctx, o->ubatch);
+    const size_t budget = kv_budget_bytes(o->kv_budget);
+    engine::Session session(*model, method, n_ctx, o->ubatch, budget);
     std::unique_ptr<engine::Session> ref;
-    if (compare) ref = std::make_unique<engine::Session>(*model, ref_method, n_ctx, o->ubatch);
+    if (compare) ref = std::make_unique<engine::Session>(*model, ref_method, n_ctx, o->ubatch, budget);
     std::vector<uint8_t> want(size_t(n_ctx), 0);
     for (int64_t j = first; j < n_ctx - 1; ++j) want[size_t(j)] = 1;
     double nll = 0, nll2 = 0, ref_nll = 0;

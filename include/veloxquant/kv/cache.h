@@ -92,6 +92,13 @@ class LayerCache {
   int64_t n_tokens_ = 0;
 };
 
+// Bytes a cache of these layers would hold after n_tokens tokens appended at most max_batch at a
+// time (pages, windows, sinks and codec state, rounded up as allocation rounds): checked against a
+// memory budget before allocating. A sliding-window layer keeps its window, the batch being
+// appended and at most two partly visible pages.
+size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& layers, int64_t n_tokens,
+                         int64_t max_batch = 512);
+
 // All layers of a model.
 class KvCache {
  public:
