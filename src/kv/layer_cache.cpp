@@ -10,6 +10,14 @@
 
 namespace vq::kv {
 
+namespace {
+// Tokens that leave the window at a time: one for codecs that encode tokens on their own.
+template <typename Codec>
+int flush_step(const Codec& c) {
+  return c.encodes_single_tokens() ? 1 : c.block_tokens();
+}
+}  // namespace
+
 MemoryUsage& MemoryUsage::operator+=(const MemoryUsage& o) {
   block_bytes += o.block_bytes;
   window_bytes += o.window_bytes;
@@ -34,11 +42,11 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   const int sinks = method.sink_tokens();
   for (int h = 0; h < config.n_kv_heads; ++h) {
     keys_.push_back(std::make_unique<TokenStream>(config.head_dim, key_codec_->block_tokens(),
-                                                  key_codec_->block_bytes(),
-                                                  method.keys().key_keep(), sinks));
+                                                  key_codec_->block_bytes(), method.keys().key_keep(),
+                                                  sinks, flush_step(*key_codec_)));
     values_.push_back(std::make_unique<TokenStream>(
         config.head_dim, value_codec_->block_tokens(), value_codec_->block_bytes(),
-        method.values().value_keep(), sinks));
+        method.values().value_keep(), sinks, flush_step(*value_codec_)));
   }
 }
 
@@ -57,8 +65,14 @@ void LayerCache::append(const float* k, const float* v, int n) {
       values_[h]->evict_before(first_visible);
     }
   }
-  const BlockEncoder kenc = [this](const float* x, int64_t p, uint8_t* b) { key_codec_->encode(x, p, b); };
-  const BlockEncoder venc = [this](const float* x, int64_t p, uint8_t* b) { value_codec_->encode(x, p, b); };
+  const auto encoder = [](const auto& codec) -> BlockEncoder {
+    if (codec.encodes_single_tokens()) {
+      return [&codec](const float* x, int64_t p, int slot, uint8_t* b) { codec.encode_token(x, p, slot, b); };
+    }
+    return [&codec](const float* x, int64_t p, int, uint8_t* b) { codec.encode(x, p, b); };
+  };
+  const BlockEncoder kenc = encoder(*key_codec_);
+  const BlockEncoder venc = encoder(*value_codec_);
   // Each head (and K vs V) is independent: encoding runs in parallel over 2*H streams.
   parallel_for(2 * H, [&](int64_t job) {
     const int h = int(job / 2);
@@ -109,15 +123,16 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
     // A sliding layer keeps its window, the batch and at most two pages; a global layer keeps all.
     const int64_t span =
         c.sliding_window > 0 ? std::min<int64_t>(n_tokens, c.sliding_window + max_batch + 512) : n_tokens;
-    const auto stream = [&](int B, size_t block_bytes, int keep) {
+    const auto stream = [&](int B, size_t block_bytes, int keep, int step) {
       const int64_t blocks = (std::max<int64_t>(0, span - sinks) + B - 1) / B;
       const int64_t per_page = TokenStream::blocks_per_page(B);
       const int64_t pages = (blocks + per_page - 1) / per_page;
-      return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + B) * c.head_dim * 2) +
+      return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + step) * c.head_dim * 2) +
              round(size_t(sinks) * c.head_dim * 2);
     };
-    total += size_t(c.n_kv_heads) * (stream(kc->block_tokens(), kc->block_bytes(), method.keys().key_keep()) +
-                                     stream(vc->block_tokens(), vc->block_bytes(), method.values().value_keep()));
+    total += size_t(c.n_kv_heads) *
+             (stream(kc->block_tokens(), kc->block_bytes(), method.keys().key_keep(), flush_step(*kc)) +
+              stream(vc->block_tokens(), vc->block_bytes(), method.values().value_keep(), flush_step(*vc)));
   }
   return total;
 }

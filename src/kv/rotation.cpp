@@ -26,6 +26,12 @@ class RotatedKeyCodec final : public KeyCodec {
     rotate_rows(rot_, x.data(), block_tokens(), head_dim(), false);
     inner_->encode(x.data(), pos0, block);
   }
+  bool encodes_single_tokens() const override { return inner_->encodes_single_tokens(); }
+  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const override {
+    std::vector<float> r(x, x + head_dim());
+    rot_.forward(r.data());
+    inner_->encode_token(r.data(), pos, slot, block);
+  }
   void decode(const uint8_t* block, int64_t pos0, float* keys) const override {
     inner_->decode(block, pos0, keys);
     rotate_rows(rot_, keys, block_tokens(), head_dim(), true);
@@ -58,6 +64,12 @@ class RotatedValueCodec final : public ValueCodec {
     std::vector<float> x(values, values + size_t(block_tokens()) * head_dim());
     rotate_rows(rot_, x.data(), block_tokens(), head_dim(), false);
     inner_->encode(x.data(), pos0, block);
+  }
+  bool encodes_single_tokens() const override { return inner_->encodes_single_tokens(); }
+  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const override {
+    std::vector<float> r(x, x + head_dim());
+    rot_.forward(r.data());
+    inner_->encode_token(r.data(), pos, slot, block);
   }
   void decode(const uint8_t* block, int64_t pos0, float* values) const override {
     inner_->decode(block, pos0, values);

@@ -13,17 +13,19 @@ namespace {
 constexpr int64_t kPageTokens = 256;
 }
 
-TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks)
+TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step)
     : d_(head_dim),
       block_tokens_(block_tokens),
       keep_(keep),
       sinks_capacity_(sinks),
+      step_(step),
       block_bytes_(block_bytes),
       blocks_per_page_(blocks_per_page(block_tokens)),
       sinks_(size_t(sinks) * head_dim),
-      window_(size_t(keep + block_tokens) * head_dim),
-      scratch_(size_t(block_tokens) * head_dim) {
+      window_(size_t(keep + step) * head_dim),
+      scratch_(size_t(step) * head_dim) {
   VQ_ASSERT(head_dim > 0 && block_tokens > 0 && keep >= 0 && sinks >= 0);
+  VQ_ASSERT(step == 1 || step == block_tokens);
 }
 
 int64_t TokenStream::blocks_per_page(int block_tokens) {
@@ -36,7 +38,7 @@ void TokenStream::push(const float* x, const BlockEncoder& encode) {
     ++n_sink_;
     return;
   }
-  const int64_t cap = keep_ + block_tokens_;
+  const int64_t cap = keep_ + step_;
   const int64_t slot = (win_start_ + win_count_) % cap;
   f32_to_f16(x, window_.data() + size_t(slot) * d_, size_t(d_));
   ++win_count_;
@@ -44,18 +46,21 @@ void TokenStream::push(const float* x, const BlockEncoder& encode) {
 }
 
 void TokenStream::flush(const BlockEncoder& encode) {
-  const int64_t cap = keep_ + block_tokens_;
-  for (int i = 0; i < block_tokens_; ++i) {
+  const int64_t cap = keep_ + step_;
+  for (int i = 0; i < step_; ++i) {
     const int64_t slot = (win_start_ + i) % cap;
     f16_to_f32(window_.data() + size_t(slot) * d_, scratch_.data() + size_t(i) * d_, size_t(d_));
   }
-  const int64_t in_page = (n_blocks_ - first_block_) % blocks_per_page_;
-  if (in_page == 0) pages_.emplace_back(size_t(blocks_per_page_) * block_bytes_);
+  const int64_t b = n_comp_ / block_tokens_;
+  const int slot = int(n_comp_ % block_tokens_);
+  const int64_t in_page = (b - first_block_) % blocks_per_page_;
+  // Pages start zeroed: the unfilled slots of a partly written block hold zeros.
+  if (in_page == 0 && slot == 0) pages_.emplace_back(size_t(blocks_per_page_) * block_bytes_);
   uint8_t* block = pages_.back().data() + size_t(in_page) * block_bytes_;
-  encode(scratch_.data(), block_pos(n_blocks_), block);
-  ++n_blocks_;
-  win_start_ = (win_start_ + block_tokens_) % cap;
-  win_count_ -= block_tokens_;
+  encode(scratch_.data(), block_pos(b) + slot, slot, block);
+  n_comp_ += step_;
+  win_start_ = (win_start_ + step_) % cap;
+  win_count_ -= step_;
 }
 
 void TokenStream::evict_before(int64_t pos) {
@@ -69,7 +74,7 @@ void TokenStream::evict_before(int64_t pos) {
 void TokenStream::clear() {
   n_sink_ = 0;
   pages_.clear();
-  first_block_ = n_blocks_ = 0;
+  first_block_ = n_comp_ = 0;
   win_start_ = win_count_ = 0;
 }
 
@@ -90,20 +95,20 @@ void TokenStream::segments(std::vector<Segment>* out) const {
     s.half = sinks_.data();
     out->push_back(s);
   }
+  const int64_t comp_end = sinks_capacity_ + n_comp_;  // first position not compressed
   int64_t b = first_block_;
   for (const auto& page : pages_) {
-    const int64_t nb = std::min(blocks_per_page_, n_blocks_ - b);
-    if (nb <= 0) break;
+    if (block_pos(b) >= comp_end) break;
     Segment s;
     s.compressed = true;
     s.pos_begin = s.run_pos0 = block_pos(b);
-    s.pos_end = block_pos(b + nb);
+    s.pos_end = std::min(block_pos(b + blocks_per_page_), comp_end);
     s.blocks = page.data();
     out->push_back(s);
-    b += nb;
+    b += blocks_per_page_;
   }
-  const int64_t cap = keep_ + block_tokens_;
-  int64_t pos = block_pos(n_blocks_);
+  const int64_t cap = keep_ + step_;
+  int64_t pos = comp_end;
   int64_t left = win_count_, slot = win_start_;
   while (left > 0) {
     const int64_t run = std::min(left, cap - slot);

@@ -23,25 +23,29 @@ struct Segment {
   int64_t run_pos0 = 0;
 };
 
-using BlockEncoder = std::function<void(const float* x, int64_t pos0, uint8_t* block)>;
+// Writes `step` tokens x (starting at position pos0) into `block` from slot `slot` on: a whole
+// block (step == block_tokens, slot 0) or a single token into its slot (step == 1).
+using BlockEncoder = std::function<void(const float* x, int64_t pos0, int slot, uint8_t* block)>;
 
 class TokenStream {
  public:
-  TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks);
+  // step: tokens leaving the window at a time, block_tokens (whole blocks) or 1 (codecs that
+  // encode each token on its own into its slot, so no token waits in fp16 for a block to fill).
+  TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step);
 
   // Blocks per page for a given block size (pages hold about 256 tokens).
   static int64_t blocks_per_page(int block_tokens);
 
-  // Appends the token at the next position; flushes the window's oldest block_tokens() tokens
-  // through `encode` when the window holds keep + block_tokens().
+  // Appends the token at the next position; flushes the window's oldest `step` tokens through
+  // `encode` when the window holds keep + step.
   void push(const float* x, const BlockEncoder& encode);
   // Frees whole pages whose tokens all lie before position `pos` (sliding-window layers).
   void evict_before(int64_t pos);
   void clear();
 
-  int64_t n_positions() const { return n_sink_ + n_blocks_ * block_tokens_ + win_count_; }
+  int64_t n_positions() const { return n_sink_ + n_comp_ + win_count_; }
   int64_t retained_tokens() const;
-  int64_t compressed_tokens() const { return (n_blocks_ - first_block_) * block_tokens_; }
+  int64_t compressed_tokens() const { return n_comp_ - first_block_ * block_tokens_; }
   // Segments in position order.
   void segments(std::vector<Segment>* out) const;
 
@@ -53,15 +57,15 @@ class TokenStream {
   int64_t block_pos(int64_t b) const { return sinks_capacity_ + b * block_tokens_; }
   void flush(const BlockEncoder& encode);
 
-  int d_, block_tokens_, keep_, sinks_capacity_;
+  int d_, block_tokens_, keep_, sinks_capacity_, step_;
   size_t block_bytes_;
   int64_t blocks_per_page_;
   AlignedBuffer<uint16_t> sinks_;
   int64_t n_sink_ = 0;
   std::deque<AlignedBuffer<uint8_t>> pages_;
   int64_t first_block_ = 0;  // index of the first retained block (start of pages_.front())
-  int64_t n_blocks_ = 0;     // blocks ever written
-  AlignedBuffer<uint16_t> window_;  // ring of keep + block_tokens rows
+  int64_t n_comp_ = 0;       // tokens ever compressed (the last block may be partly filled)
+  AlignedBuffer<uint16_t> window_;  // ring of keep + step rows
   int64_t win_start_ = 0, win_count_ = 0;
   std::vector<float> scratch_;
 };

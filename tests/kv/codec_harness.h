@@ -154,12 +154,33 @@ inline void check_block_bytes_match_formula(const std::string& spec, int d) {
   EXPECT_DOUBLE_EQ(double(vc->block_bytes()) * 8 / (double(vc->block_tokens()) * d), m.values().value_bits(d));
 }
 
+// A codec that encodes tokens on their own writes, token by token into a zeroed block, exactly
+// the bytes its whole-block encode writes (the stream relies on it).
+inline void check_single_token_encode(const std::string& spec, int d) {
+  const Method m = parse_method(spec);
+  const CodecContext ctx{d, 0, 1};
+  const auto kc = m.keys().key_codec(ctx);
+  const auto vc = m.values().value_codec(ctx);
+  const auto check = [&](const auto& c, uint64_t seed) {
+    if (!c.encodes_single_tokens()) return;
+    const int B = c.block_tokens();
+    const auto x = make_data(Data::kOutliers, size_t(B), d, seed);
+    std::vector<uint8_t> whole(c.block_bytes()), slots(c.block_bytes(), 0);
+    c.encode(x.data(), 32, whole.data());
+    for (int t = 0; t < B; ++t) c.encode_token(x.data() + size_t(t) * d, 32 + t, t, slots.data());
+    EXPECT_EQ(whole, slots) << spec << " d=" << d;
+  };
+  check(*kc, 5);
+  check(*vc, 6);
+}
+
 inline void check_all(const std::string& spec, const std::vector<int>& dims, int tokens = 96) {
   for (int d : dims) {
     for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
       check_fused_equals_reference(spec, d, kind, 1000 + uint64_t(d) + uint64_t(kind), tokens);
     }
     check_block_bytes_match_formula(spec, d);
+    check_single_token_encode(spec, d);
   }
 }
 

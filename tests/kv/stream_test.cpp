@@ -12,16 +12,16 @@ namespace {
 struct Recorder {
   std::vector<int64_t> flushed_pos;
   BlockEncoder encoder() {
-    return [this](const float*, int64_t pos0, uint8_t* block) {
+    return [this](const float*, int64_t pos0, int slot, uint8_t* block) {
       flushed_pos.push_back(pos0);
-      block[0] = 1;
+      block[slot] = 1;
     };
   }
 };
 
 TEST(TokenStream, WindowFlushesOldestBlock) {
   // keep 3, blocks of 4: flush when the window holds 7, leaving the newest 3.
-  TokenStream s(8, 4, 16, 3, 2);
+  TokenStream s(8, 4, 16, 3, 2, 4);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(8, 1.0f);
@@ -45,7 +45,7 @@ TEST(TokenStream, WindowFlushesOldestBlock) {
 }
 
 TEST(TokenStream, ZeroKeepEncodesEveryToken) {
-  TokenStream s(4, 1, 8, 0, 0);
+  TokenStream s(4, 1, 8, 0, 0, 1);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(4, 1.0f);
@@ -55,7 +55,7 @@ TEST(TokenStream, ZeroKeepEncodesEveryToken) {
 }
 
 TEST(TokenStream, EvictsWholePagesOnly) {
-  TokenStream s(4, 1, 8, 0, 0);
+  TokenStream s(4, 1, 8, 0, 0, 1);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(4, 1.0f);
@@ -68,6 +68,31 @@ TEST(TokenStream, EvictsWholePagesOnly) {
   s.segments(&segs);
   EXPECT_EQ(segs.front().pos_begin, 512);
   EXPECT_EQ(segs.back().pos_end, 1000);
+}
+
+TEST(TokenStream, SingleTokenStepFillsBlocksSlotBySlot) {
+  // Blocks of 4 written one token at a time: no token waits in the window for its block.
+  TokenStream s(4, 4, 16, 0, 1, 1);
+  std::vector<int> slots;
+  const BlockEncoder enc = [&](const float*, int64_t, int slot, uint8_t* block) {
+    slots.push_back(slot);
+    block[slot] = uint8_t(1 + slot);
+  };
+  std::vector<float> x(4, 1.0f);
+  for (int i = 0; i < 7; ++i) s.push(x.data(), enc);  // 1 sink + 6 compressed
+  EXPECT_EQ(slots, (std::vector<int>{0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(s.compressed_tokens(), 6);
+  EXPECT_EQ(s.n_positions(), 7);
+  std::vector<Segment> segs;
+  s.segments(&segs);
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_TRUE(segs[1].compressed);
+  EXPECT_EQ(segs[1].pos_begin, 1);
+  EXPECT_EQ(segs[1].pos_end, 7);
+  EXPECT_EQ(segs[1].blocks[4], 0);  // block 0 is 16 bytes: block 1's first byte at 16
+  EXPECT_EQ(segs[1].blocks[16], 1);
+  EXPECT_EQ(segs[1].blocks[17], 2);
+  EXPECT_EQ(segs[1].blocks[18], 0);  // not yet written: zero
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 //   1. sink tokens in fp16 (the method's sink_tokens(), kept forever),
 //   2. compressed blocks: packed codes and per-group parameters only,
 //   3. a residual window of the newest tokens in fp16, which flushes its oldest
-//      block_tokens() tokens into a block whenever it holds keep + block_tokens().
+//      block_tokens() tokens into a block whenever it holds keep + block_tokens(); a codec
+//      that encodes tokens on their own (encodes_single_tokens()) takes them one at a time
+//      into the slots of the current block, so the window holds just keep + 1.
 // Keys and values are separate streams with their own codec, block size and window.
 // Positions are contiguous from 0. A layer with a sliding window drops whole pages of blocks
 // that no future query can see.

@@ -33,6 +33,13 @@ class KeyCodec {
 
   // keys: [block_tokens][head_dim] at absolute positions pos0, pos0+1, ...
   virtual void encode(const float* keys, int64_t pos0, uint8_t* block) const = 0;
+  // A codec whose tokens are quantized each on its own (per-token scales) may write one token
+  // into slot `slot` of a block whose other slots are unwritten or zero, so a token is
+  // compressed as soon as it leaves the window instead of waiting in fp16 for its block to fill.
+  virtual bool encodes_single_tokens() const { return block_tokens() == 1; }
+  virtual void encode_token(const float* key, int64_t pos, int slot, uint8_t* block) const {
+    encode(key, pos - slot, block);  // block_tokens() == 1
+  }
   // Plain reference decode of a whole block to [block_tokens][head_dim] (tests, debugging).
   virtual void decode(const uint8_t* block, int64_t pos0, float* keys) const = 0;
 
@@ -58,6 +65,11 @@ class ValueCodec {
   virtual size_t param_bytes() const { return 0; }
 
   virtual void encode(const float* values, int64_t pos0, uint8_t* block) const = 0;
+  // As for keys.
+  virtual bool encodes_single_tokens() const { return block_tokens() == 1; }
+  virtual void encode_token(const float* value, int64_t pos, int slot, uint8_t* block) const {
+    encode(value, pos - slot, block);  // block_tokens() == 1
+  }
   virtual void decode(const uint8_t* block, int64_t pos0, float* values) const = 0;
 
   // Attention keeps, per query, an accumulator of accum_floats() floats in the codec's own

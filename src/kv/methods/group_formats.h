@@ -1,12 +1,9 @@
-// Byte layouts of the per-token grouped baselines, as plain scalar code (the reference).
+// Byte layout of the per-token grouped baseline q8, as plain scalar code (the reference).
 // A token of head_dim d is G = ceil(d/32) groups of 32 channels (the last may be shorter,
 // "ragged"). The token stores its G fp16 scales first, then the codes of each group in order:
 //   q8 (like llama.cpp q8_0): int8 codes, value = scale * code               gs bytes per group
-//   q4 (like llama.cpp q4_0): 4-bit codes, value = scale * (code - 8); channel j < h in the low
-//      nibble of byte j, channel j >= h in the high nibble of byte j - h, h = ceil(gs/2)
-//                                                                             ceil(gs/2) bytes
-// Bits per element: (bits * d + 16 * G) / d, 8.5 and 4.5 at d = 128. Scales first lets a kernel
-// convert all of a token's scales with one vector instruction.
+// Bits per element: (8 * d + 16 * G) / d, 8.5 at d = 128. Scales first lets a kernel convert all
+// of a token's scales with one vector instruction. (q4 interleaves 16 tokens: q4_layout.h.)
 #pragma once
 
 #include <algorithm>
@@ -34,16 +31,6 @@ struct Q8Format {
   static constexpr int kBits = 8;
   static size_t code_bytes(int gs) { return size_t(gs); }
   static float centered(const uint8_t* codes, int /*gs*/, int j) { return float(int8_t(codes[j])); }
-};
-
-struct Q4Format {
-  static constexpr int kBits = 4;
-  static size_t code_bytes(int gs) { return size_t(gs + 1) / 2; }
-  static float centered(const uint8_t* codes, int gs, int j) {
-    const int h = (gs + 1) / 2;
-    const uint8_t byte = codes[j < h ? j : j - h];
-    return float((j < h ? (byte & 15) : (byte >> 4)) - 8);
-  }
 };
 
 // Codes of group g (all groups before it are full).

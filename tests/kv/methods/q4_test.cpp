@@ -7,7 +7,7 @@
 namespace vq::kv::testing {
 namespace {
 
-TEST(Method_q4, FusedEqualsReference) { check_all("q4", {64, 80, 128, 256}); }
+TEST(Method_q4, FusedEqualsReference) { check_all("q4", {36, 64, 80, 100, 128, 256}); }
 
 TEST(Method_q4, RotatedFusedEqualsReference) { check_all("q4:rot=1", {64, 128, 256}); }
 
