@@ -33,6 +33,12 @@ class Rng {
     return result;
   }
 
+  // The generator's whole state (to save and restore a sampler mid-stream).
+  const uint64_t* state() const { return s_; }
+  void set_state(const uint64_t* s) {
+    for (int i = 0; i < 4; ++i) s_[i] = s[i];
+  }
+
   // Uniform in [0, 1) with 53 random bits.
   double uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }
 

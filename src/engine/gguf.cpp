@@ -2,6 +2,8 @@
 // huge count in a small file fails before any allocation.
 #include "src/engine/gguf.h"
 
+#include <zlib.h>
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -308,6 +310,11 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
   const GgufTensor* t = find_tensor(name);
   if (!t) throw_error(ErrorKind::kData, fmt::format("{}: tensor '{}' is missing", path_, name));
   return *t;
+}
+
+uint32_t GgufFile::content_crc32() const {
+  uLong c = crc32_z(0L, Z_NULL, 0);
+  return uint32_t(crc32_z(c, base_, size_));
 }
 
 }  // namespace vq::engine

@@ -71,6 +71,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
+  // CRC-32 of the whole file: the model's identity in saved caches and calibration artifacts.
+  uint32_t content_crc32() const;
 
   // Metadata in file order, and by key.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }

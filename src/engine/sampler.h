@@ -21,6 +21,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
   int32_t sample(const float* logits, int64_t n_vocab);
+  Rng& rng() { return rng_; }
 
  private:
   SamplerParams p_;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "src/core/byte_io.h"
 #include "veloxquant/error.h"
 
 namespace vq::engine {
@@ -40,6 +41,14 @@ size_t default_kv_budget() {
 Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch, size_t kv_budget)
     : model_(model), cache_(budgeted_cache(model, method, n_ctx, ubatch, kv_budget)), n_ctx_(n_ctx), ubatch_(ubatch) {
   VQ_CHECK(ubatch > 0, "--ubatch must be positive");
+}
+
+void Session::restore_cache(ByteReader& r, int64_t n_past) {
+  cache_.load(r);
+  for (size_t l = 0; l < cache_.n_layers(); ++l) {
+    r.check(cache_.layer(l).n_tokens() == n_past, "position", "layers disagree with the saved position");
+  }
+  n_past_ = n_past;
 }
 
 void Session::clear() {

@@ -27,6 +27,8 @@ class Session {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return n_ctx_; }
   void clear();
+  // Loads a saved cache holding n_past positions (see session_file.h).
+  void restore_cache(ByteReader& r, int64_t n_past);
   const kv::KvCache& cache() const { return cache_; }
   const Model& model() const { return model_; }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/core/aligned_buffer.h"
+#include "src/core/byte_io.h"
 
 namespace vq::kv {
 
@@ -50,6 +51,11 @@ class TokenStream {
   void segments(std::vector<Segment>* out) const;
 
   size_t page_bytes() const;
+
+  // Everything the stream holds (counters, sinks, pages, window), and back into a fresh stream
+  // of the same shape; load checks every count against the shape before allocating.
+  void save(ByteWriter& w) const;
+  void load(ByteReader& r);
   size_t window_bytes() const { return window_.bytes(); }
   size_t sink_bytes() const { return sinks_.bytes(); }
 

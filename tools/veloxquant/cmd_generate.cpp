@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "src/engine/session_file.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/utf8_stream.h"
@@ -23,11 +25,11 @@ Runner add_generate_command(CLI::App& app) {
     int64_t ctx = 4096;
     engine::SamplerParams sp;
     bool show_ids = false;
-    std::string dump_logits;
+    std::string dump_logits, save_cache, load_cache;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
-  cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (with --load-cache: text fed after the saved context)");
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv", o->kv, "KV-cache method spec (see `veloxquant methods`)");
   cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
@@ -41,25 +43,49 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_flag("--ids", o->show_ids, "Print the generated token ids on stderr at the end");
   cmd->add_option("--dump-logits", o->dump_logits, "Write the prompt's last-token logits (float32) to this file");
-  cmd->callback([o]() { kv::parse_method(o->kv); });
-  return [o]() {
+  cmd->add_option("--save-cache", o->save_cache,
+                  "Save the session (compressed cache, position, last logits, sampler) to this file at the end");
+  cmd->add_option("--load-cache", o->load_cache,
+                  "Continue a session saved with --save-cache (same model; its --kv unless given)");
+  cmd->callback([o, cmd]() {
+    kv::parse_method(o->kv);
+    VQ_CHECK(cmd->count("--prompt") > 0 || !o->load_cache.empty(), "--prompt is required (unless --load-cache)");
+  });
+  const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
+  return [o, kv_given]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
-    const kv::Method method = kv::parse_method(o->kv);
+    std::optional<engine::SessionFile> saved;
+    if (!o->load_cache.empty()) saved = engine::SessionFile::read(o->load_cache);
+    std::string spec = o->kv;
+    if (saved) {
+      VQ_CHECK(!kv_given() || kv::parse_method(o->kv).spec() == saved->method_spec(),
+               fmt::format("{}: saved with --kv {}, but --kv {} was given", o->load_cache, saved->method_spec(),
+                           kv::parse_method(o->kv).spec()));
+      spec = saved->method_spec();
+    }
+    const kv::Method method = kv::parse_method(spec);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     const auto& tok = model->tokenizer();
-    const std::vector<int32_t> prompt = tok.encode(o->prompt);
-    VQ_CHECK(int64_t(prompt.size()) + o->n_predict <= o->ctx,
-             fmt::format("prompt ({} tokens) plus -n {} exceeds the context size {} (raise -c)", prompt.size(),
-                         o->n_predict, o->ctx));
+    std::vector<float> logits;
+    if (saved) {
+      const engine::SessionState st = saved->restore(session);
+      logits = st.last_logits;
+      sampler.rng().set_state(st.rng);
+    }
+    // After a saved context the prompt continues it: no BOS.
+    const std::vector<int32_t> prompt =
+        o->prompt.empty() && saved ? std::vector<int32_t>{} : tok.encode(o->prompt, !saved);
+    VQ_CHECK(session.n_past() + int64_t(prompt.size()) + o->n_predict <= o->ctx,
+             fmt::format("{} saved tokens, the prompt ({} tokens) and -n {} exceed the context size {} (raise -c)",
+                         session.n_past(), prompt.size(), o->n_predict, o->ctx));
     Utf8Stream out(stdout);
     out.write(o->prompt);
-    std::vector<float> logits;
     const auto t0 = std::chrono::steady_clock::now();
-    session.feed(prompt, &logits);
+    if (!prompt.empty()) session.feed(prompt, &logits);
     const auto t1 = std::chrono::steady_clock::now();
     if (!o->dump_logits.empty()) {
       std::FILE* f = std::fopen(o->dump_logits.c_str(), "wb");
@@ -69,21 +95,35 @@ Runner add_generate_command(CLI::App& app) {
       VQ_CHECK_DATA(ok, fmt::format("{}: write failed", o->dump_logits));
     }
     std::vector<int32_t> generated;
+    bool last_fed = true;  // whether the last generated token is in the cache
     for (int i = 0; i < o->n_predict; ++i) {
       const int32_t id = sampler.sample(logits.data(), model->config().n_vocab);
       generated.push_back(id);
+      last_fed = false;
       if (tok.is_eog(id)) break;
       out.write(tok.piece(id));
-      if (i + 1 < o->n_predict) session.feed({id}, &logits);
+      if (i + 1 < o->n_predict) {
+        session.feed({id}, &logits);
+        last_fed = true;
+      }
     }
     out.flush();
     std::printf("\n");
     const auto t2 = std::chrono::steady_clock::now();
+    if (!o->save_cache.empty()) {
+      // The saved state is the one an uninterrupted run would sample its next token from.
+      if (!last_fed && !generated.empty() && !tok.is_eog(generated.back())) session.feed({generated.back()}, &logits);
+      engine::SessionState st;
+      st.last_logits = logits;
+      const uint64_t* rs = sampler.rng().state();
+      for (int i = 0; i < 4; ++i) st.rng[i] = rs[i];
+      engine::save_session(o->save_cache, session, st);
+    }
     const double pf = std::chrono::duration<double>(t1 - t0).count();
     const double dc = std::chrono::duration<double>(t2 - t1).count();
     const auto mem = session.cache().memory();
     fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s ({:.1f} tok/s); generated: {} tokens in {:.3f} s ({:.1f} tok/s)\n",
-               prompt.size(), pf, prompt.size() / pf, generated.size(), dc, generated.size() / std::max(dc, 1e-9));
+               prompt.size(), pf, prompt.size() / std::max(pf, 1e-9), generated.size(), dc, generated.size() / std::max(dc, 1e-9));
     fmt::print(stderr, "kv cache {}: {} bytes resident ({} in compressed blocks, {} fp16 window, {} sinks)\n",
                method.spec(), mem.total(), mem.block_bytes, mem.window_bytes, mem.sink_bytes);
     if (o->show_ids) {

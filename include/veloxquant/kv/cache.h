@@ -20,6 +20,11 @@
 #include "veloxquant/kv/codec.h"
 #include "veloxquant/kv/method.h"
 
+namespace vq {
+class ByteWriter;
+class ByteReader;
+}  // namespace vq
+
 namespace vq::kv {
 
 struct LayerConfig {
@@ -64,6 +69,10 @@ class LayerCache {
   int64_t n_tokens() const { return n_tokens_; }
   void clear();
   MemoryUsage memory() const;
+  // The stored state (streams and position), and back into a fresh cache built with the same
+  // method and config; load refuses (vq::Error, data) anything that does not fit that shape.
+  void save(ByteWriter& w) const;
+  void load(ByteReader& r);
 
   // Attention of n_q query tokens over the cache as stored. q and out are
   // [n_q][n_q_heads][head_dim]; query token i sits at position q_pos[i] and sees positions
@@ -111,6 +120,9 @@ class KvCache {
   const Method& method() const { return method_; }
   void clear();
   MemoryUsage memory() const;
+  // The method spec and every layer; load needs a fresh cache of the same method and layout.
+  void save(ByteWriter& w) const;
+  void load(ByteReader& r);
 
  private:
   Method method_;

@@ -1,0 +1,125 @@
+// Saving and restoring a compressed cache: the stored bytes as they are (packed pages, fp16
+// sinks and windows) plus the counters that say what they hold. Loading trusts nothing: every
+// count is checked against the shape of the fresh cache it is loaded into before anything is
+// allocated or copied, and fp16 rows must hold finite values.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "src/core/byte_io.h"
+#include "src/core/fp16.h"
+#include "src/kv/stream.h"
+#include "veloxquant/kv/cache.h"
+
+namespace vq::kv {
+
+namespace {
+
+void check_finite_half(ByteReader& r, const uint16_t* h, size_t n, const char* field) {
+  for (size_t i = 0; i < n; ++i) {
+    if ((h[i] & 0x7c00u) == 0x7c00u) r.fail(field, "holds a non-finite fp16 value");
+  }
+}
+
+}  // namespace
+
+void TokenStream::save(ByteWriter& w) const {
+  for (int64_t v : {int64_t(d_), int64_t(block_tokens_), int64_t(keep_), int64_t(sinks_capacity_), int64_t(step_),
+                    int64_t(block_bytes_)}) {
+    w.i64(v);
+  }
+  w.i64(n_sink_);
+  w.i64(first_block_);
+  w.i64(n_comp_);
+  w.i64(win_start_);
+  w.i64(win_count_);
+  w.i64(int64_t(pages_.size()));
+  w.raw(sinks_.data(), size_t(n_sink_) * d_ * 2);
+  for (const auto& p : pages_) w.raw(p.data(), size_t(blocks_per_page_) * block_bytes_);
+  w.raw(window_.data(), window_.size() * 2);
+}
+
+void TokenStream::load(ByteReader& r) {
+  const int64_t shape[] = {d_, block_tokens_, keep_, sinks_capacity_, step_, int64_t(block_bytes_)};
+  const char* names[] = {"head_dim", "block_tokens", "keep", "sinks", "step", "block_bytes"};
+  for (int i = 0; i < 6; ++i) {
+    const int64_t v = r.i64(names[i]);
+    r.check(v == shape[i], names[i], fmt::format("{} in the file, {} for this method and model", v, shape[i]));
+  }
+  clear();
+  const int64_t cap = keep_ + step_;
+  const int64_t n_sink = r.i64_in("sink count", 0, sinks_capacity_);
+  const int64_t first_block = r.i64_in("first block", 0, int64_t(1) << 40);
+  const int64_t n_comp = r.i64_in("compressed tokens", 0, int64_t(1) << 40);
+  const int64_t win_start = r.i64_in("window start", 0, cap - 1);
+  const int64_t win_count = r.i64_in("window count", 0, cap - 1);
+  const int64_t n_pages = r.i64_in("page count", 0, int64_t(1) << 32);
+  r.check(n_sink == sinks_capacity_ || (n_comp == 0 && win_count == 0), "sink count",
+          "tokens after unfilled sinks");
+  r.check(n_comp % step_ == 0, "compressed tokens", "not a whole number of flushes");
+  r.check(first_block % blocks_per_page_ == 0, "first block", "not at a page boundary");
+  const int64_t blocks = (n_comp + block_tokens_ - 1) / block_tokens_;
+  r.check(first_block <= blocks, "first block", "past the blocks written");
+  const int64_t want_pages = (blocks - first_block + blocks_per_page_ - 1) / blocks_per_page_;
+  r.check(n_pages == want_pages, "page count", fmt::format("{}, the counters imply {}", n_pages, want_pages));
+  const size_t page_bytes = size_t(blocks_per_page_) * block_bytes_;
+  r.check(size_t(n_pages) <= r.remaining() / std::max<size_t>(1, page_bytes), "page count", "more pages than bytes");
+
+  r.raw(sinks_.data(), size_t(n_sink) * d_ * 2, "sinks");
+  check_finite_half(r, sinks_.data(), size_t(n_sink) * d_, "sinks");
+  for (int64_t p = 0; p < n_pages; ++p) {
+    pages_.emplace_back(page_bytes);
+    r.raw(pages_.back().data(), page_bytes, "pages");
+  }
+  r.raw(window_.data(), window_.size() * 2, "window");
+  check_finite_half(r, window_.data(), window_.size(), "window");
+  n_sink_ = n_sink;
+  first_block_ = first_block;
+  n_comp_ = n_comp;
+  win_start_ = win_start;
+  win_count_ = win_count;
+}
+
+void LayerCache::save(ByteWriter& w) const {
+  w.i64(config_.n_kv_heads);
+  w.i64(config_.head_dim);
+  w.i64(config_.sliding_window);
+  w.i64(n_tokens_);
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    keys_[size_t(h)]->save(w);
+    values_[size_t(h)]->save(w);
+  }
+}
+
+void LayerCache::load(ByteReader& r) {
+  const int64_t shape[] = {config_.n_kv_heads, config_.head_dim, config_.sliding_window};
+  const char* names[] = {"n_kv_heads", "head_dim", "sliding_window"};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t v = r.i64(names[i]);
+    r.check(v == shape[i], names[i], fmt::format("{} in the file, {} for this model", v, shape[i]));
+  }
+  const int64_t n = r.i64_in("token count", 0, int64_t(1) << 40);
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    keys_[size_t(h)]->load(r);
+    values_[size_t(h)]->load(r);
+    r.check(keys_[size_t(h)]->n_positions() == n && values_[size_t(h)]->n_positions() == n, "token count",
+            "streams disagree with the layer's position");
+  }
+  n_tokens_ = n;
+}
+
+void KvCache::save(ByteWriter& w) const {
+  w.str(method_.spec());
+  w.i64(int64_t(layers_.size()));
+  for (const auto& l : layers_) l.save(w);
+}
+
+void KvCache::load(ByteReader& r) {
+  const std::string spec = r.str("method", 4096);
+  r.check(spec == method_.spec(), "method", fmt::format("'{}' in the file, '{}' requested", spec, method_.spec()));
+  const int64_t n = r.i64("layer count");
+  r.check(n == int64_t(layers_.size()), "layer count", fmt::format("{} in the file, {} in the model", n, layers_.size()));
+  for (auto& l : layers_) l.load(r);
+}
+
+}  // namespace vq::kv
