@@ -70,6 +70,7 @@ class ByteReader {
   }
   void raw(void* dst, size_t n, const char* field) {
     check(n <= remaining(), field, fmt::format("needs {} bytes, {} left", n, remaining()));
+    if (n == 0) return;  // dst may be null for an empty buffer
     std::memcpy(dst, p_ + at_, n);
     at_ += n;
   }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "src/engine/ops.h"
 #include "src/engine/quants.h"
 #include "veloxquant/error.h"
@@ -26,6 +28,20 @@ std::vector<kv::LayerConfig> Model::cache_layout() const {
   return out;
 }
 
+void Model::validate_config() const {
+  const ModelConfig& c = cfg_;
+  const std::string& p = file_->path();
+  VQ_CHECK_DATA(c.n_ctx_train >= 1 && c.n_ctx_train <= (int64_t(1) << 30),
+                fmt::format("{}: context_length {} is out of range", p, c.n_ctx_train));
+  VQ_CHECK_DATA(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f && c.rms_eps < 1.0f,
+                fmt::format("{}: layer_norm_rms_epsilon {} is out of range", p, c.rms_eps));
+  for (float b : {c.rope_base, c.rope_base_swa, c.rope_scale}) {
+    VQ_CHECK_DATA(std::isfinite(b) && b > 0.0f, fmt::format("{}: RoPE base or scale {} is not a positive number", p, b));
+  }
+  VQ_CHECK_DATA(c.sliding_window >= 0 && c.sliding_window <= (1 << 30),
+                fmt::format("{}: sliding_window {} is out of range", p, c.sliding_window));
+}
+
 Weight Model::weight(const std::string& name, int64_t rows, int64_t cols) const {
   const GgufTensor& t = file_->tensor(name);
   const bool shape_ok = t.shape.size() == 2 && int64_t(t.shape[0]) == cols && int64_t(t.shape[1]) == rows;
@@ -41,7 +57,11 @@ const float* Model::vector(const std::string& name, int64_t n) const {
                 fmt::format("{}: tensor '{}' must be F32 with {} elements", file_->path(), name, n));
   VQ_CHECK_DATA(reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0,
                 fmt::format("{}: tensor '{}' is misaligned", file_->path(), name));
-  return reinterpret_cast<const float*>(t.data);
+  const float* v = reinterpret_cast<const float*>(t.data);
+  for (int64_t i = 0; i < n; ++i) {
+    VQ_CHECK_DATA(std::isfinite(v[i]), fmt::format("{}: tensor '{}' holds a non-finite value at {}", file_->path(), name, i));
+  }
+  return v;
 }
 
 void Model::output_logits(const std::vector<float>& x, int n, const uint8_t* want, const float* norm,

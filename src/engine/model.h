@@ -47,6 +47,9 @@ class Model {
 
  protected:
   Model() = default;
+  // Refuses hyperparameters no model can have (a context of 0, a NaN or negative epsilon or
+  // RoPE base, a negative window): they would give wrong answers, not errors, later.
+  void validate_config() const;
   Weight weight(const std::string& name, int64_t rows, int64_t cols) const;
   const float* vector(const std::string& name, int64_t n) const;
   // Final norm and output projection of the rows of x ([n][n_embd]) whose want flag is set,

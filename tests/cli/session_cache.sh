@@ -25,6 +25,17 @@ for kv in fp16 q4:rot=1 kivi:residual=8; do
   done
 done
 
+# chat: the second turn continued from a saved conversation replies exactly as in one session.
+chat="$bin chat -m $model -n 24 --kv q4:rot=1"
+whole=$(printf 'Name a fruit.\nAnd a vegetable?\n' | $chat)
+one=$(printf 'Name a fruit.\n' | $chat --save-cache "$tmp/c")
+two=$(printf 'And a vegetable?\n' | $bin chat -m "$model" -n 24 --load-cache "$tmp/c")
+if [[ "$whole" != "$one"$'\n'"$two" ]]; then
+  echo "FAIL chat: one session [$whole] vs continued [$one] [$two]"
+  exit 1
+fi
+echo "ok chat continued from a saved conversation"
+
 expect_fail() {  # status, then the command
   local want=$1
   shift

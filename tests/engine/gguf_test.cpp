@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+
+#include "src/engine/model.h"
 
 #include "tests/engine/gguf_writer.h"
 #include "veloxquant/error.h"
@@ -132,6 +135,28 @@ TEST(Gguf, RejectsBadValues) {
   GgufWriter a;
   a.kv_u32("general.alignment", 3);
   expect_rejected(a.bytes(), "alignment_not_pow2");
+}
+
+// The committed corpus of malformed files (tests/data/gguf_corpus): each is refused as bad data
+// by the full model loader, naming the file; the valid tiny model loads. Run under ASan/UBSan by
+// scripts/test-sanitizers.
+TEST(Gguf, CorpusOfMalformedFilesRefused) {
+  const std::string dir = std::string(VQ_SOURCE_DIR) + "/tests/data/gguf_corpus";
+  EXPECT_NO_THROW(Model::load(dir + "/ok_tiny_llama.gguf"));
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string p = e.path().string();
+    if (e.path().filename().string().rfind("bad_", 0) != 0) continue;
+    ++n;
+    try {
+      Model::load(p);
+      ADD_FAILURE() << p << " was accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.kind(), ErrorKind::kData) << p << ": " << err.what();
+      EXPECT_NE(std::string(err.what()).find(p), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_GE(n, 30);
 }
 
 TEST(Gguf, MissingFileIsUsageError) {

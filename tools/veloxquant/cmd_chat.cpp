@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "src/engine/session_file.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/utf8_stream.h"
@@ -31,7 +33,7 @@ Runner add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model on stdin/stdout (one user message per line)");
   struct Opts {
     std::string model, kv = "fp16", system;
-    std::string kv_budget;
+    std::string kv_budget, save_cache, load_cache;
     int n_predict = 512, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
     engine::SamplerParams sp;
@@ -50,20 +52,38 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--save-cache", o->save_cache, "Save the conversation (compressed cache, sampler) after every turn");
+  cmd->add_option("--load-cache", o->load_cache, "Continue a conversation saved with --save-cache");
   cmd->callback([o]() { kv::parse_method(o->kv); });
-  return [o]() {
+  const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
+  return [o, kv_given]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
-    const kv::Method method = kv::parse_method(o->kv);
+    std::optional<engine::SessionFile> saved;
+    if (!o->load_cache.empty()) saved = engine::SessionFile::read(o->load_cache);
+    std::string spec = o->kv;
+    if (saved) {
+      VQ_CHECK(!kv_given() || kv::parse_method(o->kv).spec() == saved->method_spec(),
+               fmt::format("{}: saved with --kv {}, but --kv {} was given", o->load_cache, saved->method_spec(),
+                           kv::parse_method(o->kv).spec()));
+      spec = saved->method_spec();
+    }
+    const kv::Method method = kv::parse_method(spec);
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
+    std::vector<float> logits;
+    if (saved) {
+      const engine::SessionState st = saved->restore(session);
+      logits = st.last_logits;
+      sampler.rng().set_state(st.rng);
+    }
     const auto& tok = model->tokenizer();
     const bool interactive = isatty(STDIN_FILENO);
     Utf8Stream out(stdout);
     std::string line;
-    bool first = true;
+    bool first = !saved;  // a loaded conversation already has its BOS and system prompt
     while (true) {
       if (interactive) fmt::print("> "), std::fflush(stdout);
       if (!std::getline(std::cin, line)) break;
@@ -77,7 +97,6 @@ Runner add_chat_command(CLI::App& app) {
         fmt::print(stderr, "context full ({} of {} tokens): start a new chat or raise -c\n", session.n_past(), o->ctx);
         break;
       }
-      std::vector<float> logits;
       session.feed(ids, &logits);
       int produced = 0;
       int32_t id = -1;
@@ -93,7 +112,14 @@ Runner add_chat_command(CLI::App& app) {
       std::fflush(stdout);
       // Close the model's turn in the cache so the next turn follows the template.
       const std::vector<int32_t> close = tok.encode("<end_of_turn>\n", false, true);
-      if (session.n_past() + int64_t(close.size()) <= o->ctx) session.feed(close, nullptr);
+      if (session.n_past() + int64_t(close.size()) <= o->ctx) session.feed(close, &logits);
+      if (!o->save_cache.empty()) {
+        engine::SessionState st;
+        st.last_logits = logits;
+        const uint64_t* rs = sampler.rng().state();
+        for (int i = 0; i < 4; ++i) st.rng[i] = rs[i];
+        engine::save_session(o->save_cache, session, st);
+      }
     }
     return 0;
   };

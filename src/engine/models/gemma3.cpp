@@ -44,14 +44,19 @@ class Gemma3 final : public Model {
     if (g.has(key("rope.scaling.factor")) && g.get_string(key("rope.scaling.type"), "linear") == "linear") {
       c.rope_scale = 1.0f / float(g.get_float(key("rope.scaling.factor")));
     }
-    c.sliding_window = int(g.get_int(key("attention.sliding_window"), 0));
-    const int period = int(g.get_int(key("attention.sliding_window_pattern"), 6));
+    const int64_t window = g.get_int(key("attention.sliding_window"), 0);
+    VQ_CHECK_DATA(window >= 0 && window <= (1 << 30), fmt::format("{}: sliding_window {} is out of range", g.path(), window));
+    c.sliding_window = int(window);
+    const int64_t pattern = g.get_int(key("attention.sliding_window_pattern"), 6);
+    VQ_CHECK_DATA(pattern >= 0 && pattern <= 1024, fmt::format("{}: sliding_window_pattern {} is out of range", g.path(), pattern));
+    const int period = int(pattern);
     for (int l = 0; l < c.n_layer; ++l) {
       c.swa_layer.push_back(c.sliding_window > 0 && (period == 0 || l % period < period - 1));
     }
     // ref: llama.cpp load_hparams for LLM_ARCH_GEMMA3 (27B uses n_embd / n_head instead).
     c.attn_scale = c.n_layer == 62 ? 1.0f / std::sqrt(float(c.n_embd / c.n_head)) : 1.0f / std::sqrt(float(c.head_dim));
     c.embd_scale = std::sqrt(float(c.n_embd));
+    validate_config();
     tok_ = std::make_unique<Tokenizer>(g);
     c.n_vocab = tok_->n_vocab();
 

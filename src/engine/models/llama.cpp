@@ -31,11 +31,16 @@ class Llama final : public Model {
     c.n_layer = ranged("block_count", 1, 1024);
     c.n_embd = ranged("embedding_length", 1, 1 << 16);
     c.n_head = ranged("attention.head_count", 1, 1024);
-    c.n_head_kv = int(g.get_int(key("attention.head_count_kv"), c.n_head));
+    const int64_t n_head_kv = g.get_int(key("attention.head_count_kv"), c.n_head);
+    VQ_CHECK_DATA(n_head_kv >= 1 && n_head_kv <= c.n_head,
+                  fmt::format("{}: head_count_kv {} is out of range", g.path(), n_head_kv));
+    c.n_head_kv = int(n_head_kv);
     VQ_CHECK_DATA(c.n_head_kv >= 1 && c.n_head % c.n_head_kv == 0,
                   fmt::format("{}: head_count {} is not a multiple of head_count_kv {}", g.path(), c.n_head, c.n_head_kv));
     VQ_CHECK_DATA(c.n_embd % c.n_head == 0, fmt::format("{}: embedding_length is not a multiple of head_count", g.path()));
-    c.head_dim = int(g.get_int(key("attention.key_length"), c.n_embd / c.n_head));
+    const int64_t head_dim = g.get_int(key("attention.key_length"), c.n_embd / c.n_head);
+    VQ_CHECK_DATA(head_dim >= 2 && head_dim <= 1024, fmt::format("{}: bad head size {}", g.path(), head_dim));
+    c.head_dim = int(head_dim);
     VQ_CHECK_DATA(c.head_dim >= 2 && c.head_dim % 2 == 0 && c.head_dim <= 1024, fmt::format("{}: bad head size", g.path()));
     const int64_t n_rot = g.get_int(key("rope.dimension_count"), c.head_dim);
     VQ_CHECK_DATA(n_rot == c.head_dim, fmt::format("{}: partial rotary embeddings are not supported", g.path()));
@@ -48,6 +53,7 @@ class Llama final : public Model {
     }
     c.swa_layer.assign(size_t(c.n_layer), false);
     c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+    validate_config();
     tok_ = std::make_unique<Tokenizer>(g);
     c.n_vocab = tok_->n_vocab();
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Same input, same output at any thread count: for every registered method (plain and, where it
+# applies, rotated), generate's token ids and perplexity's whole JSON (PPL, KL, top-1) are
+# identical with 1 and 2 threads.
+set -euo pipefail
+bin=$1 src=$2
+model="$src/models/gemma-3-270m-q4_k_m.gguf"
+text="$src/../shared/data/wikitext-2-raw-test.txt"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+specs=$("$bin" methods --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin):
+    print(m["name"])
+    if any(p["name"] == "rot" for p in m["params"]):
+        print(m["name"] + ":rot=1")')
+for kv in $specs; do
+  for t in 1 2; do
+    "$bin" generate -m "$model" -p "The capital of France" -n 12 --kv "$kv" --ids -t $t 2>&1 >/dev/null | grep '^ids:' > "gen_$t"
+    "$bin" perplexity -m "$model" -f "$text" -c 256 --chunks 1 --kv "$kv" --json -t $t 2>/dev/null > "ppl_$t"
+  done
+  cmp -s gen_1 gen_2 || { echo "FAIL $kv: generate differs"; diff gen_1 gen_2; exit 1; }
+  cmp -s ppl_1 ppl_2 || { echo "FAIL $kv: perplexity differs"; diff ppl_1 ppl_2; exit 1; }
+  echo "ok $kv: $(python3 -c 'import json,sys; print("ppl", json.load(open(sys.argv[1]))["ppl"])' ppl_1)"
+done
