@@ -167,8 +167,18 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   return f;
 }
 
+std::unique_ptr<GgufFile> GgufFile::from_memory(std::vector<uint8_t> bytes, const std::string& name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = name;
+  f->owned_ = std::move(bytes);
+  f->size_ = f->owned_.size();
+  f->base_ = f->size_ ? f->owned_.data() : nullptr;
+  f->parse();
+  return f;
+}
+
 GgufFile::~GgufFile() {
-  if (base_) munmap(const_cast<uint8_t*>(base_), size_);
+  if (base_ && fd_ >= 0) munmap(const_cast<uint8_t*>(base_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -64,6 +64,8 @@ class GgufFile {
   // Maps and validates the file. Throws vq::Error (kData) for a malformed file, (kUsage) for one
   // that cannot be opened.
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // The same checks over bytes already in memory (fuzzing, tests); `name` stands for the path.
+  static std::unique_ptr<GgufFile> from_memory(std::vector<uint8_t> bytes, const std::string& name);
   ~GgufFile();
 
   const std::string& path() const { return path_; }
@@ -98,6 +100,7 @@ class GgufFile {
 
   std::string path_;
   int fd_ = -1;
+  std::vector<uint8_t> owned_;  // from_memory: the bytes (base_ points into them)
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   uint32_t version_ = 0;

@@ -11,8 +11,10 @@
 
 namespace vq::engine {
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
-  auto f = GgufFile::open(path);
+std::unique_ptr<Model> Model::load(const std::string& path) { return load(GgufFile::open(path)); }
+
+std::unique_ptr<Model> Model::load(std::unique_ptr<GgufFile> f) {
+  const std::string& path = f->path();
   const std::string arch = f->get_string("general.architecture");
   if (arch == "gemma3") return make_gemma3(std::move(f));
   if (arch == "llama" || arch == "qwen2") return make_llama(std::move(f));

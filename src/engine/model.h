@@ -31,6 +31,7 @@ struct ModelConfig {
 class Model {
  public:
   static std::unique_ptr<Model> load(const std::string& path);
+  static std::unique_ptr<Model> load(std::unique_ptr<GgufFile> file);
   virtual ~Model() = default;
 
   const ModelConfig& config() const { return cfg_; }

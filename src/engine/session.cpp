@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -69,7 +70,15 @@ void Session::feed_select(const std::vector<int32_t>& tokens, const std::vector<
     const int n = int(std::min<size_t>(size_t(ubatch_), tokens.size() - b));
     int64_t k = 0;
     for (int i = 0; i < n; ++i) k += want[b + size_t(i)] ? 1 : 0;
-    model_.forward(tokens.data() + b, n, n_past_, cache_, want.data() + b, out ? out->data() + written * V : nullptr);
+    float* logits = out ? out->data() + written * V : nullptr;
+    model_.forward(tokens.data() + b, n, n_past_, cache_, want.data() + b, logits);
+    // A NaN or Inf logit (from the weights or a cache method) would be sampled from silently.
+    for (int64_t i = 0; logits && i < k * V; ++i) {
+      if (!std::isfinite(logits[i])) {
+        throw_error(ErrorKind::kInternal, fmt::format("non-finite logit at position {} (the model or the {} "
+                                                      "KV cache produced NaN or Inf)", n_past_, cache_.method().spec()));
+      }
+    }
     written += k;
     n_past_ += n;
   }

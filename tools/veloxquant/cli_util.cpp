@@ -1,6 +1,8 @@
 // Median/min/max and a plain aligned table.
 #include "tools/veloxquant/cli_util.h"
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +12,12 @@
 #include "veloxquant/error.h"
 
 namespace vq::cli {
+
+size_t peak_rss_bytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return size_t(ru.ru_maxrss) * 1024;
+}
 
 size_t parse_bytes(const std::string& text, const std::string& flag) {
   size_t i = 0;

@@ -14,6 +14,8 @@ Stats stats_of(std::vector<double> v);
 // A byte count with an optional K, M or G suffix (powers of 1024), e.g. "512M"; throws a usage
 // error naming `flag` otherwise.
 size_t parse_bytes(const std::string& text, const std::string& flag);
+// The process's peak resident memory so far (getrusage).
+size_t peak_rss_bytes();
 
 // The --kv-budget in bytes: the given size, 0 for no limit, or by default 80% of the available
 // memory.

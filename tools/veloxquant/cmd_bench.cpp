@@ -25,12 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-size_t peak_rss_bytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return size_t(ru.ru_maxrss) * 1024;
-}
-
 }  // namespace
 
 Runner add_bench_command(CLI::App& app) {

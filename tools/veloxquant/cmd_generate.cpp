@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "src/core/threads.h"
@@ -24,7 +25,7 @@ Runner add_generate_command(CLI::App& app) {
     int n_predict = 64, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
     engine::SamplerParams sp;
-    bool show_ids = false;
+    bool show_ids = false, ignore_eos = false;
     std::string dump_logits, save_cache, load_cache;
   };
   auto o = std::make_shared<Opts>();
@@ -42,6 +43,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_flag("--ids", o->show_ids, "Print the generated token ids on stderr at the end");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Never sample an end-of-generation token (as llama.cpp's --ignore-eos)");
   cmd->add_option("--dump-logits", o->dump_logits, "Write the prompt's last-token logits (float32) to this file");
   cmd->add_option("--save-cache", o->save_cache,
                   "Save the session (compressed cache, position, last logits, sampler) to this file at the end");
@@ -94,9 +96,16 @@ Runner add_generate_command(CLI::App& app) {
       const bool ok = std::fclose(f) == 0 && written == logits.size();
       VQ_CHECK_DATA(ok, fmt::format("{}: write failed", o->dump_logits));
     }
+    std::vector<int32_t> eog_ids;
+    if (o->ignore_eos) {
+      for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+        if (tok.is_eog(id)) eog_ids.push_back(id);
+      }
+    }
     std::vector<int32_t> generated;
     bool last_fed = true;  // whether the last generated token is in the cache
     for (int i = 0; i < o->n_predict; ++i) {
+      for (int32_t e : eog_ids) logits[size_t(e)] = -std::numeric_limits<float>::infinity();
       const int32_t id = sampler.sample(logits.data(), model->config().n_vocab);
       generated.push_back(id);
       last_fed = false;
@@ -124,8 +133,10 @@ Runner add_generate_command(CLI::App& app) {
     const auto mem = session.cache().memory();
     fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s ({:.1f} tok/s); generated: {} tokens in {:.3f} s ({:.1f} tok/s)\n",
                prompt.size(), pf, prompt.size() / std::max(pf, 1e-9), generated.size(), dc, generated.size() / std::max(dc, 1e-9));
-    fmt::print(stderr, "kv cache {}: {} bytes resident ({} in compressed blocks, {} fp16 window, {} sinks)\n",
-               method.spec(), mem.total(), mem.block_bytes, mem.window_bytes, mem.sink_bytes);
+    fmt::print(stderr, "kv cache {}: {} bytes resident ({} in compressed blocks, {} fp16 window, {} sinks); "
+               "{} tokens in the cache; peak RSS {:.1f} MiB\n",
+               method.spec(), mem.total(), mem.block_bytes, mem.window_bytes, mem.sink_bytes, session.n_past(),
+               peak_rss_bytes() / 1048576.0);
     if (o->show_ids) {
       std::string s;
       for (int32_t id : generated) s += (s.empty() ? "" : " ") + std::to_string(id);
