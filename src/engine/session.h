@@ -30,6 +30,8 @@ class Session {
   // Loads a saved cache holding n_past positions (see session_file.h).
   void restore_cache(ByteReader& r, int64_t n_past);
   const kv::KvCache& cache() const { return cache_; }
+  // Reports every layer's keys, values and queries to `o` (capture for fidelity, calibration).
+  void set_observer(kv::CacheObserver* o) { cache_.set_observer(o); }
   const Model& model() const { return model_; }
 
  private:

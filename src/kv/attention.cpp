@@ -49,6 +49,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   VQ_CHECK(n_q_heads > 0 && n_q_heads % H == 0,
            fmt::format("attend: {} query heads is not a multiple of {} KV heads", n_q_heads, H));
   if (n_q <= 0) return;
+  if (observer_) observer_->on_attend(config_.layer_index, q, n_q, n_q_heads, q_pos, scale);
   const int G = n_q_heads / H;
   const int rows_total = n_q * G;
   const int n_row_blocks = (rows_total + kRowBlock - 1) / kRowBlock;

@@ -56,6 +56,7 @@ LayerCache& LayerCache::operator=(LayerCache&&) noexcept = default;
 
 void LayerCache::append(const float* k, const float* v, int n) {
   VQ_CHECK(n >= 0, "append: negative token count");
+  if (observer_) observer_->on_append(config_.layer_index, k, v, n, n_tokens_);
   const int H = config_.n_kv_heads, d = config_.head_dim;
   if (config_.sliding_window > 0) {
     // Queries from now on sit at positions >= n_tokens_, so they see nothing before this.

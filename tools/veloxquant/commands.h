@@ -18,5 +18,6 @@ Runner add_perplexity_command(CLI::App& app);
 Runner add_chat_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_passkey_command(CLI::App& app);
+Runner add_fidelity_command(CLI::App& app);
 
 }  // namespace vq::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(vq::cli::add_chat_command(app));
   add(vq::cli::add_bench_command(app));
   add(vq::cli::add_passkey_command(app));
+  add(vq::cli::add_fidelity_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

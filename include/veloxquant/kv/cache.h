@@ -52,6 +52,16 @@ struct MemoryUsage {
 
 class TokenStream;
 
+// Sees what a model hands its cache, layer by layer, as floats: the keys and values appended and
+// the queries that attend. For capturing real activations (fidelity, calibration); set on a
+// KvCache with set_observer. Layouts as in LayerCache::append and LayerCache::attend.
+class CacheObserver {
+ public:
+  virtual ~CacheObserver() = default;
+  virtual void on_append(int layer, const float* k, const float* v, int n, int64_t pos0) = 0;
+  virtual void on_attend(int layer, const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale) = 0;
+};
+
 class LayerCache {
  public:
   LayerCache(const Method& method, const LayerConfig& config);
@@ -91,6 +101,8 @@ class LayerCache {
   void decode_head(int head, std::vector<float>* keys, std::vector<float>* values,
                    std::vector<int64_t>* positions) const;
 
+  void set_observer(CacheObserver* o) { observer_ = o; }
+
   // Internal: the two streams of a head (used by the attention kernel).
   const TokenStream& key_stream(int head) const;
   const TokenStream& value_stream(int head) const;
@@ -101,6 +113,7 @@ class LayerCache {
   std::unique_ptr<ValueCodec> value_codec_;
   std::vector<std::unique_ptr<TokenStream>> keys_, values_;
   int64_t n_tokens_ = 0;
+  CacheObserver* observer_ = nullptr;
 };
 
 // Bytes a cache of these layers would hold after n_tokens tokens appended at most max_batch at a
@@ -118,6 +131,10 @@ class KvCache {
   LayerCache& layer(size_t i) { return layers_[i]; }
   const LayerCache& layer(size_t i) const { return layers_[i]; }
   const Method& method() const { return method_; }
+  // Every layer reports to `o` (null: none) from now on.
+  void set_observer(CacheObserver* o) {
+    for (auto& l : layers_) l.set_observer(o);
+  }
   void clear();
   MemoryUsage memory() const;
   // The method spec and every layer; load needs a fresh cache of the same method and layout.

@@ -1,0 +1,47 @@
+// What a cache method does to one layer's real activations: reconstruction of keys and values,
+// and what that costs attention (q.k scores, attention weights, the attention output), measured
+// against the activations captured from an fp16 run of the model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::cli {
+
+// One layer's activations as the model produced them ([n][heads][head_dim], floats).
+struct LayerCapture {
+  kv::LayerConfig config;
+  int n_q_heads = 0;
+  float scale = 1.0f;
+  std::vector<float> k, v, q;
+  std::vector<int64_t> q_pos;
+  int64_t n_tokens() const;
+};
+
+struct LayerFidelity {
+  double key_rel_mse = 0, key_cos = 0, value_rel_mse = 0, value_cos = 0;
+  double score_rel_err = 0;  // ||s - s'|| / ||s|| over every (query row, visible key)
+  double out_rel_err = 0;    // ||o - o'|| / ||o||, the method's fused attention against fp16
+  double mass_moved = 0;     // mean over query rows of half the L1 distance between softmaxes
+};
+
+// Stores the capture with `method`, then compares: keys and values over every token kept, and
+// attention for the last `n_queries` query tokens.
+LayerFidelity measure_layer(const kv::Method& method, const LayerCapture& cap, int n_queries);
+
+// A CacheObserver that records every layer's keys, values and queries.
+class CaptureObserver final : public kv::CacheObserver {
+ public:
+  explicit CaptureObserver(const std::vector<kv::LayerConfig>& layout);
+  void on_append(int layer, const float* k, const float* v, int n, int64_t pos0) override;
+  void on_attend(int layer, const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale) override;
+  const std::vector<LayerCapture>& layers() const { return layers_; }
+
+ private:
+  std::vector<LayerCapture> layers_;
+};
+
+}  // namespace vq::cli
