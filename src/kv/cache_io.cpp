@@ -25,7 +25,7 @@ void check_finite_half(ByteReader& r, const uint16_t* h, size_t n, const char* f
 
 void TokenStream::save(ByteWriter& w) const {
   for (int64_t v : {int64_t(d_), int64_t(block_tokens_), int64_t(keep_), int64_t(sinks_capacity_), int64_t(step_),
-                    int64_t(block_bytes_)}) {
+                    int64_t(block_bytes_), blocks_per_page_}) {
     w.i64(v);
   }
   w.i64(n_sink_);
@@ -40,9 +40,9 @@ void TokenStream::save(ByteWriter& w) const {
 }
 
 void TokenStream::load(ByteReader& r) {
-  const int64_t shape[] = {d_, block_tokens_, keep_, sinks_capacity_, step_, int64_t(block_bytes_)};
-  const char* names[] = {"head_dim", "block_tokens", "keep", "sinks", "step", "block_bytes"};
-  for (int i = 0; i < 6; ++i) {
+  const int64_t shape[] = {d_, block_tokens_, keep_, sinks_capacity_, step_, int64_t(block_bytes_), blocks_per_page_};
+  const char* names[] = {"head_dim", "block_tokens", "keep", "sinks", "step", "block_bytes", "blocks_per_page"};
+  for (int i = 0; i < 7; ++i) {
     const int64_t v = r.i64(names[i]);
     r.check(v == shape[i], names[i], fmt::format("{} in the file, {} for this method and model", v, shape[i]));
   }

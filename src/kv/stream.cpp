@@ -1,4 +1,4 @@
-// TokenStream. Pages hold a fixed number of blocks (about 256 tokens), so memory grows in
+// TokenStream. Pages hold a fixed number of blocks (about 256 or 64 tokens), so memory grows in
 // small steps and a sliding-window layer can free what it no longer needs.
 #include "src/kv/stream.h"
 
@@ -9,18 +9,15 @@
 
 namespace vq::kv {
 
-namespace {
-constexpr int64_t kPageTokens = 256;
-}
-
-TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step)
+TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step,
+                         int64_t page_tokens)
     : d_(head_dim),
       block_tokens_(block_tokens),
       keep_(keep),
       sinks_capacity_(sinks),
       step_(step),
       block_bytes_(block_bytes),
-      blocks_per_page_(blocks_per_page(block_tokens)),
+      blocks_per_page_(blocks_per_page(block_tokens, page_tokens)),
       sinks_(size_t(sinks) * head_dim),
       window_(size_t(keep + step) * head_dim),
       scratch_(size_t(step) * head_dim) {
@@ -28,8 +25,8 @@ TokenStream::TokenStream(int head_dim, int block_tokens, size_t block_bytes, int
   VQ_ASSERT(step == 1 || step == block_tokens);
 }
 
-int64_t TokenStream::blocks_per_page(int block_tokens) {
-  return std::max<int64_t>(1, (kPageTokens + block_tokens - 1) / block_tokens);
+int64_t TokenStream::blocks_per_page(int block_tokens, int64_t page_tokens) {
+  return std::max<int64_t>(1, (page_tokens + block_tokens - 1) / block_tokens);
 }
 
 void TokenStream::push(const float* x, const BlockEncoder& encode) {

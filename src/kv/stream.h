@@ -32,10 +32,16 @@ class TokenStream {
  public:
   // step: tokens leaving the window at a time, block_tokens (whole blocks) or 1 (codecs that
   // encode each token on its own into its slot, so no token waits in fp16 for a block to fill).
-  TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step);
+  // page_tokens: about how many tokens a page holds (page_tokens_for()).
+  TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step,
+              int64_t page_tokens);
 
-  // Blocks per page for a given block size (pages hold about 256 tokens).
-  static int64_t blocks_per_page(int block_tokens);
+  // Pages of 256 tokens keep attention's calls long; a sliding-window layer, which holds little
+  // more than its window, uses pages of 64 so that the unfilled tail of its last page and its
+  // partly visible first page waste little.
+  static int64_t page_tokens_for(int64_t sliding_window) { return sliding_window > 0 ? 64 : 256; }
+  // Blocks per page for a given block size.
+  static int64_t blocks_per_page(int block_tokens, int64_t page_tokens);
 
   // Appends the token at the next position; flushes the window's oldest `step` tokens through
   // `encode` when the window holds keep + step.

@@ -90,7 +90,7 @@ TEST(CacheIo, RefusesOtherShapesMethodsAndBadCounters) {
   EXPECT_TRUE(refused(parse_method("q4"), cfg, bad));
   // A compressed-token counter that implies more pages than stored.
   bad = w.data();
-  bad[32 + 6 * 8 + 2 * 8] ^= 0x40;
+  bad[32 + 7 * 8 + 2 * 8] ^= 0x40;
   EXPECT_TRUE(refused(parse_method("q4"), cfg, bad));
 }
 

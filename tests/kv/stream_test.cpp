@@ -21,7 +21,7 @@ struct Recorder {
 
 TEST(TokenStream, WindowFlushesOldestBlock) {
   // keep 3, blocks of 4: flush when the window holds 7, leaving the newest 3.
-  TokenStream s(8, 4, 16, 3, 2, 4);
+  TokenStream s(8, 4, 16, 3, 2, 4, 256);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(8, 1.0f);
@@ -45,7 +45,7 @@ TEST(TokenStream, WindowFlushesOldestBlock) {
 }
 
 TEST(TokenStream, ZeroKeepEncodesEveryToken) {
-  TokenStream s(4, 1, 8, 0, 0, 1);
+  TokenStream s(4, 1, 8, 0, 0, 1, 256);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(4, 1.0f);
@@ -55,7 +55,7 @@ TEST(TokenStream, ZeroKeepEncodesEveryToken) {
 }
 
 TEST(TokenStream, EvictsWholePagesOnly) {
-  TokenStream s(4, 1, 8, 0, 0, 1);
+  TokenStream s(4, 1, 8, 0, 0, 1, 256);
   Recorder rec;
   const auto enc = rec.encoder();
   std::vector<float> x(4, 1.0f);
@@ -72,7 +72,7 @@ TEST(TokenStream, EvictsWholePagesOnly) {
 
 TEST(TokenStream, SingleTokenStepFillsBlocksSlotBySlot) {
   // Blocks of 4 written one token at a time: no token waits in the window for its block.
-  TokenStream s(4, 4, 16, 0, 1, 1);
+  TokenStream s(4, 4, 16, 0, 1, 1, 256);
   std::vector<int> slots;
   const BlockEncoder enc = [&](const float*, int64_t, int slot, uint8_t* block) {
     slots.push_back(slot);

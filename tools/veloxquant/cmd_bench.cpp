@@ -75,6 +75,8 @@ Runner add_bench_command(CLI::App& app) {
       double bits = 0;
       std::vector<double> prefill;
       std::vector<std::vector<double>> decode;
+      std::vector<size_t> depth_kv_bytes;  // resident KV bytes after decoding at each depth
+      std::vector<int64_t> depth_kv_tokens;
       size_t kv_bytes = 0;
       int64_t kv_tokens = 0;
       double formula_bytes = 0;
@@ -86,6 +88,8 @@ Runner add_bench_command(CLI::App& app) {
       r.spec = m.spec();
       r.bits = m.bits_per_element(cfg.head_dim);
       r.decode.resize(o->depths.size());
+      r.depth_kv_bytes.resize(o->depths.size());
+      r.depth_kv_tokens.resize(o->depths.size());
       results.push_back(r);
     }
     for (int rep = 0; rep < o->reps; ++rep) {
@@ -111,6 +115,8 @@ Runner add_bench_command(CLI::App& app) {
             tok = engine::argmax(logits.data(), cfg.n_vocab);
           }
           r.decode[di].push_back(o->n_decode / seconds_since(t0));
+          r.depth_kv_bytes[di] = s.cache().memory().total();
+          r.depth_kv_tokens[di] = s.n_past();
           if (di + 1 == o->depths.size()) {
             const kv::MemoryUsage mem = s.cache().memory();
             r.kv_bytes = mem.total();
@@ -158,7 +164,8 @@ Runner add_bench_command(CLI::App& app) {
                                       fmt::format("{:.1f} [{:.1f}, {:.1f}]", p.median, p.min, p.max)};
       for (size_t di = 0; di < o->depths.size(); ++di) {
         const Stats s = stats_of(r.decode[di]);
-        jr["decode"].push_back({{"depth", o->depths[di]}, {"tps", s.median}, {"tps_min", s.min}, {"tps_max", s.max}});
+        jr["decode"].push_back({{"depth", o->depths[di]}, {"tps", s.median}, {"tps_min", s.min}, {"tps_max", s.max},
+                                {"kv_bytes", r.depth_kv_bytes[di]}, {"kv_tokens", r.depth_kv_tokens[di]}});
         row.push_back(fmt::format("{:.1f} [{:.1f}, {:.1f}]", s.median, s.min, s.max));
       }
       row.push_back(fmt::format("{:.0f}", r.kv_tokens ? double(r.kv_bytes) / r.kv_tokens : 0.0));

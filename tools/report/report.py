@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""The results report: runs a method matrix through perplexity (with KL against fp16), passkey,
+bench, attn-bench and fidelity, stores each tool's JSON with a stamp (machine, commit, date, exact
+command, duration) in results/, and renders docs/RESULTS.md and docs/figures/*.png from those
+files alone, so the document is never typed and rendering the same JSON gives the same bytes.
+
+    report.py run [--quick]    run the matrix (quick: under 15 minutes on 2 cores), then render
+    report.py render [--out D]  only render, from results/*.json (into D instead of docs/)
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "build", "tools", "veloxquant", "veloxquant")
+MODEL = os.path.join("models", "gemma-3-270m-q4_k_m.gguf")
+TEXT = os.path.join("..", "shared", "data", "wikitext-2-raw-test.txt")
+RESULTS = os.path.join(ROOT, "results")
+DOC = os.path.join(ROOT, "docs", "RESULTS.md")
+FIGURES = os.path.join(ROOT, "docs", "figures")
+
+KIVI = ["kivi:kbits=2,vbits=2", "kivi:kbits=3,vbits=3", "kivi:kbits=4,vbits=4"]
+BASELINES = ["fp16", "q8", "q4", "q4:rot=1"]
+
+MATRIX = {
+    "quick": {
+        "perplexity": {"ctx": 512, "chunks": 4, "specs": BASELINES + KIVI + ["kivi:kaxis=token"]},
+        "passkey": {"ctx": "1024,2048", "trials": 4, "specs": ["fp16", "q4:rot=1", "kivi"]},
+        "bench": {"prompt": 256, "n": 16, "depths": "0,2048", "reps": 2, "specs": ["fp16", "q8", "q4", "kivi"]},
+        "attn_bench": {"ctx": 8192, "layers": 8, "rounds": 3, "iters": 2},
+        "fidelity": {"tokens": 512, "queries": 16, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
+    },
+    "full": {
+        "perplexity": {"ctx": 2048, "chunks": 10, "specs": BASELINES + KIVI + ["kivi:kaxis=token"]},
+        "passkey": {"ctx": "1024,4096,8192", "trials": 10, "specs": ["fp16", "q8", "q4:rot=1", "kivi"]},
+        "bench": {"prompt": 512, "n": 32, "depths": "0,4096,16384,32000", "reps": 3,
+                  "specs": ["fp16", "q8", "q4", "q4:rot=1", "kivi"]},
+        "attn_bench": {"ctx": 32768, "layers": 16, "rounds": 5, "iters": 4},
+        "fidelity": {"tokens": 2048, "queries": 32, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
+    },
+}
+
+
+def machine():
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**30, 1), "os": platform.platform()}
+
+
+def commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def run_tool(args):
+    """Runs veloxquant with --json from the repository root; returns (stamp, parsed output)."""
+    cmd = ["build/tools/veloxquant/veloxquant"] + args + ["--json"]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit("report: failed: %s\n%s" % (" ".join(cmd), proc.stderr.strip()[-2000:]))
+    stamp = {"command": " ".join(cmd), "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "duration_s": round(time.time() - t0, 1), "commit": commit(), "machine": machine()}
+    print("report: %5.0f s  %s" % (stamp["duration_s"], stamp["command"]), flush=True)
+    return {"stamp": stamp, "data": json.loads(proc.stdout)}
+
+
+def save(name, obj):
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, name + ".json"), "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def run(mode):
+    m = MATRIX[mode]
+    t0 = time.time()
+    p = m["perplexity"]
+    save("perplexity", {"mode": mode, "runs": [
+        run_tool(["perplexity", "-m", MODEL, "-f", TEXT, "-c", str(p["ctx"]), "--chunks", str(p["chunks"]), "--kv", s])
+        for s in p["specs"]]})
+    k = m["passkey"]
+    save("passkey", {"mode": mode, "runs": [
+        run_tool(["passkey", "-m", MODEL, "--ctx", k["ctx"], "--trials", str(k["trials"]), "--seed", "1", "--kv", s])
+        for s in k["specs"]]})
+    b = m["bench"]
+    kvs = sum((["--kv", s] for s in b["specs"]), [])
+    save("bench", {"mode": mode, "runs": [run_tool(
+        ["bench", "-m", MODEL, "-f", TEXT, "-p", str(b["prompt"]), "-n", str(b["n"]), "--depths", b["depths"],
+         "--reps", str(b["reps"])] + kvs)]})
+    a = m["attn_bench"]
+    save("attn_bench", {"mode": mode, "runs": [run_tool(
+        ["attn-bench", "--q-heads", "32", "--kv-heads", "8", "--head-dim", "128", "--ctx", str(a["ctx"]),
+         "--layers", str(a["layers"]), "--rounds", str(a["rounds"]), "--iters", str(a["iters"]), "--threads", "2"])]})
+    f = m["fidelity"]
+    kvs = sum((["--kv", s] for s in f["specs"]), [])
+    save("fidelity", {"mode": mode, "runs": [run_tool(
+        ["fidelity", "-m", MODEL, "-f", TEXT, "--tokens", str(f["tokens"]), "--queries", str(f["queries"])] + kvs)]})
+    save("run", {"mode": mode, "duration_s": round(time.time() - t0, 1), "commit": commit(), "machine": machine()})
+
+
+# ---------------------------------------------------------------- rendering (from JSON only)
+
+def load(name):
+    path = os.path.join(RESULTS, name + ".json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def stamp_line(stamp):
+    return "`%s` — %s, commit `%s`, %s s" % (stamp["command"], stamp["date"], stamp["commit"][:12], stamp["duration_s"])
+
+
+def figure_setup():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"figure.figsize": (6.4, 4.0), "figure.dpi": 100, "font.size": 9,
+                         "svg.hashsalt": "veloxquant"})
+    return plt
+
+
+def savefig(plt, fig, name):
+    os.makedirs(FIGURES, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(os.path.join(FIGURES, name), metadata={"Software": None})  # no version stamp: same bytes
+    plt.close(fig)
+    return "figures/" + name
+
+
+def render():
+    plt = figure_setup()
+    parts = ["# Results", "",
+             "Generated by `scripts/report` from `results/*.json` (never edited by hand): every table and "
+             "figure below is rendered from those files, each stamped with the exact command, commit, date "
+             "and machine. Model: Gemma 3 270M (Q4_K_M GGUF); text: WikiText-2 raw test.", ""]
+    meta = load("run")
+    if meta:
+        mc = meta["machine"]
+        parts += ["Run: `%s` mode, %.0f minutes, commit `%s`; machine: %s, %d cores, %.1f GiB." % (
+            meta["mode"], meta["duration_s"] / 60, meta["commit"][:12], mc["cpu"], mc["cores"], mc["memory_gib"]), ""]
+
+    ppl = load("perplexity")
+    if ppl:
+        runs = [r["data"] for r in ppl["runs"]]
+        base = next((r for r in runs if r["kv"] == "fp16"), None)
+        rows = []
+        for r in runs:
+            d_ppl = "" if base is None else "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1))
+            rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]), d_ppl,
+                         "%.5f" % r.get("kl_mean", 0.0), "%.4f" % r.get("kl_p99", 0.0),
+                         "%.4f" % r.get("top1_agreement", 1.0)])
+        first = runs[0]
+        parts += ["## Quality: perplexity and KL divergence against the fp16 cache", "",
+                  "%d chunks of %d tokens (llama.cpp's perplexity chunking; second half of each chunk scored). "
+                  "Bits per element count codes, scales, zero points and every stored parameter; the fp16 "
+                  "residual window and sinks are reported by `bench`, not folded in here." % (
+                      first["chunks"], first["ctx"]), "",
+                  table(["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"], rows), ""]
+        fig, ax = plt.subplots()
+        for r in runs:
+            if r["kv"] == "fp16":
+                continue
+            ax.scatter(r["kv_bits_per_element"], max(r["kl_mean"], 1e-6))
+            ax.annotate(r["kv"], (r["kv_bits_per_element"], max(r["kl_mean"], 1e-6)), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+        ax.set_yscale("log")
+        ax.set_xlabel("bits per element")
+        ax.set_ylabel("mean KL divergence vs fp16 cache")
+        ax.set_title("Quality against memory")
+        parts += ["![KL against bits](%s)" % savefig(plt, fig, "kl_vs_bits.png"), ""]
+        fig, ax = plt.subplots()
+        for r in runs:
+            ax.scatter(r["kv_bits_per_element"], r["ppl"])
+            ax.annotate(r["kv"], (r["kv_bits_per_element"], r["ppl"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        if base:
+            ax.axhline(base["ppl"], color="gray", linewidth=0.8, linestyle="--")
+        ax.set_xlabel("bits per element")
+        ax.set_ylabel("perplexity")
+        ax.set_title("Perplexity against memory (dashed: fp16 cache)")
+        parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
+        parts += ["Commands:", ""] + ["- " + stamp_line(r["stamp"]) for r in ppl["runs"]] + [""]
+
+    pk = load("passkey")
+    if pk:
+        rows, fig_data = [], {}
+        for run in pk["runs"]:
+            d = run["data"]
+            for r in d["results"]:
+                bands = ", ".join("%.0f–%.0f%%: %d/%d" % (100 * b["from"], 100 * b["to"],
+                                                           round(b["accuracy"] * b["trials"]), b["trials"])
+                                  for b in r["depth_bands"])
+                rows.append([d["kv"], r["ctx"], "%.2f" % r["accuracy"], r["trials"], bands])
+                fig_data.setdefault(d["kv"], []).append((r["ctx"], r["accuracy"]))
+        parts += ["## Passkey retrieval", "",
+                  "A random 5-digit key hidden at a random depth of filler text; accuracy per length and per "
+                  "depth band (correct/trials).", "",
+                  table(["method", "tokens", "accuracy", "trials", "by depth"], rows), ""]
+        fig, ax = plt.subplots()
+        for kv, pts in fig_data.items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kv)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("retrieval accuracy")
+        ax.set_title("Passkey retrieval against length")
+        ax.legend()
+        parts += ["![passkey](%s)" % savefig(plt, fig, "passkey_vs_length.png"), ""]
+        parts += ["Commands:", ""] + ["- " + stamp_line(r["stamp"]) for r in pk["runs"]] + [""]
+
+    bench = load("bench")
+    if bench:
+        run = bench["runs"][0]
+        d = run["data"]
+        noise = d.get("fp16_noise_floor", 0.0)
+        depths = [x["depth"] for x in d["results"][0]["decode"]]
+        base = next((r for r in d["results"] if r["spec"] == "fp16"), None)
+        rows = []
+        for r in d["results"]:
+            row = [r["spec"], "%.3f" % r["bits_per_element"],
+                   "%.0f [%.0f, %.0f]" % (r["prefill_tps"], r["prefill_tps_min"], r["prefill_tps_max"])]
+            for i, x in enumerate(r["decode"]):
+                cell = "%.1f [%.1f, %.1f]" % (x["tps"], x["tps_min"], x["tps_max"])
+                if base and r is not base:
+                    ratio = x["tps"] / base["decode"][i]["tps"]
+                    cell += " (%.2f×%s)" % (ratio, ", within noise" if abs(ratio - 1) <= noise else "")
+                row.append(cell)
+            row += ["%.0f" % r["kv_bytes_per_token"], "%.3f" % r["block_bytes_over_formula"]]
+            rows.append(row)
+        parts += ["## Speed and memory of the whole model (`bench`)", "",
+                  "Tokens/s: median [min, max] over %d interleaved rounds, %d threads; decode ratio against fp16 "
+                  "in parentheses. fp16 noise floor (max−min)/median: %.1f%% — a ratio within it is labelled so. "
+                  "KV bytes per token: everything resident (pages, fp16 windows, sinks, codec state) at the "
+                  "deepest depth; blocks/formula: bytes of compressed pages over the bits-per-element formula "
+                  "applied to the tokens they hold (pages are allocated 256 tokens at a time, so the last page "
+                  "of each layer and head carries slack; sliding-window layers keep up to two partly visible "
+                  "pages). Peak RSS %.0f MiB." % (d["reps"], d["threads"], 100 * noise, d["peak_rss_bytes"] / 2**20), "",
+                  table(["method", "bits/elem", "prefill tok/s"] + ["decode tok/s @%d" % x for x in depths] +
+                        ["KV bytes/token", "blocks/formula"], rows), ""]
+        fig, ax = plt.subplots()
+        for r in d["results"]:
+            xs = [x["depth"] for x in r["decode"]]
+            ax.errorbar(xs, [x["tps"] for x in r["decode"]],
+                        yerr=[[x["tps"] - x["tps_min"] for x in r["decode"]], [x["tps_max"] - x["tps"] for x in r["decode"]]],
+                        marker="o", capsize=3, label=r["spec"])
+        ax.set_xlabel("tokens already in the cache")
+        ax.set_ylabel("decode tokens/s")
+        ax.set_title("Decode speed against context length (median, min–max)")
+        ax.legend()
+        parts += ["![decode speed](%s)" % savefig(plt, fig, "decode_speed_vs_context.png"), ""]
+        fig, ax = plt.subplots()
+        for r in d["results"]:
+            pts = [(x["kv_tokens"], x["kv_bytes"] / 2**20) for x in r["decode"] if "kv_bytes" in x]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=r["spec"])
+        ax.set_xlabel("tokens in the cache")
+        ax.set_ylabel("resident KV cache (MiB)")
+        ax.set_title("KV memory against context length (measured)")
+        ax.legend()
+        parts += ["![KV memory](%s)" % savefig(plt, fig, "kv_memory_vs_context.png"), ""]
+        parts += ["Command: " + stamp_line(run["stamp"]), ""]
+
+    ab = load("attn_bench")
+    if ab:
+        run = ab["runs"][0]
+        d = run["data"]
+        noise = d.get("fp16_noise_floor", 0.0)
+        rows = []
+        for r in d["results"]:
+            ratio = r.get("speedup_vs_fp16")
+            if r["spec"] == "fp16":
+                cell = "1.00× (baseline)"
+            else:
+                cell = "" if ratio is None else "%.2f×%s" % (ratio, " (within noise)" if abs(ratio - 1) <= noise else "")
+            rows.append([r["spec"], "%.3f" % r["bits_per_element"], "%.1f" % (r["kv_bytes"] / 2**20),
+                         "%.0f [%.0f, %.0f]" % (r["us_per_token"], r["us_per_token_min"], r["us_per_token_max"]),
+                         "%.2f" % r["gbps"], cell])
+        parts += ["## Decode attention alone (`attn-bench`, synthetic keys with outlier channels)", "",
+                  "Read bandwidth measured in the same run: %.2f GB/s; fp16 noise floor %.1f%%." % (
+                      d["read_bandwidth_gbps"], 100 * noise), "",
+                  table(["method", "bits/elem", "KV MiB", "µs/token [min, max]", "GB/s", "vs fp16"], rows), "",
+                  "Command: " + stamp_line(run["stamp"]), ""]
+
+    fi = load("fidelity")
+    if fi:
+        run = fi["runs"][0]
+        d = run["data"]
+        rows = []
+        for r in d["results"]:
+            m = r["mean"]
+            rows.append([r["spec"], "%.3f" % r["bits_per_element"], "%.2e" % m["key_rel_mse"], "%.4f" % m["key_cos"],
+                         "%.2e" % m["value_rel_mse"], "%.4f" % m["value_cos"], "%.2e" % m["score_rel_err"],
+                         "%.4f" % m["mass_moved"], "%.2e" % m["out_rel_err"],
+                         "%.2e (layer %d)" % (r["worst_out_rel_err"], r["worst_layer"])])
+        parts += ["## Fidelity on the model's real activations", "",
+                  "%d tokens; attention of the last %d query tokens; means over layers." % (d["tokens"], d["queries"]), "",
+                  table(["method", "bits/elem", "key rMSE", "key cos", "value rMSE", "value cos", "score rErr",
+                         "mass moved", "output rErr", "worst layer"], rows), ""]
+        fig, ax = plt.subplots()
+        for r in d["results"]:
+            ax.plot([x["layer"] for x in r["layers"]], [x["out_rel_err"] for x in r["layers"]], marker=".", label=r["spec"])
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("attention output relative error")
+        ax.set_title("Error per layer on real activations")
+        ax.legend(fontsize=7)
+        parts += ["![fidelity per layer](%s)" % savefig(plt, fig, "fidelity_per_layer.png"), "",
+                  "Command: " + stamp_line(run["stamp"]), ""]
+
+    with open(DOC, "w") as f:
+        f.write("\n".join(parts).rstrip() + "\n")
+    print("report: wrote %s and %s/" % (os.path.relpath(DOC, ROOT), os.path.relpath(FIGURES, ROOT)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--quick", action="store_true")
+    rd = sub.add_parser("render")
+    rd.add_argument("--out", help="write RESULTS.md and figures/ here instead of docs/")
+    a = ap.parse_args()
+    if a.cmd == "run":
+        run("quick" if a.quick else "full")
+    elif a.out:
+        global DOC, FIGURES
+        DOC, FIGURES = os.path.join(a.out, "RESULTS.md"), os.path.join(a.out, "figures")
+    render()
+
+
+if __name__ == "__main__":
+    main()
