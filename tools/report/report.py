@@ -261,9 +261,9 @@ def render():
                   "in parentheses. fp16 noise floor (max−min)/median: %.1f%% — a ratio within it is labelled so. "
                   "KV bytes per token: everything resident (pages, fp16 windows, sinks, codec state) at the "
                   "deepest depth; blocks/formula: bytes of compressed pages over the bits-per-element formula "
-                  "applied to the tokens they hold (pages are allocated 256 tokens at a time, so the last page "
-                  "of each layer and head carries slack; sliding-window layers keep up to two partly visible "
-                  "pages). Peak RSS %.0f MiB." % (d["reps"], d["threads"], 100 * noise, d["peak_rss_bytes"] / 2**20), "",
+                  "applied to the tokens they hold (pages are allocated 256 tokens at a time, 64 in sliding-window "
+                  "layers, so the last page of each layer and head carries slack, which shrinks as the context "
+                  "grows; sliding-window layers also keep a partly visible first page). Peak RSS %.0f MiB." % (d["reps"], d["threads"], 100 * noise, d["peak_rss_bytes"] / 2**20), "",
                   table(["method", "bits/elem", "prefill tok/s"] + ["decode tok/s @%d" % x for x in depths] +
                         ["KV bytes/token", "blocks/formula"], rows), ""]
         fig, ax = plt.subplots()
