@@ -10,17 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/cache_load_setup.h"
 #include "src/core/byte_io.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
 
 namespace {
 
-const char* kSpecs[] = {"fp16", "q4", "q4:rot=1,residual=3,sink=2", "q8:residual=5", "kivi:residual=16",
-                        "k=kivi:residual=8,v=q4"};
-constexpr int kNumSpecs = sizeof(kSpecs) / sizeof(kSpecs[0]);
-
-std::vector<vq::kv::LayerConfig> layout() { return {{2, 32, 0, 0}, {1, 32, 1, 24}}; }
+using vq::fuzz::kCacheLoadNumSpecs;
+using vq::fuzz::kCacheLoadSpecs;
+std::vector<vq::kv::LayerConfig> layout() { return vq::fuzz::cache_load_layout(); }
 
 void exercise(vq::kv::KvCache& c) {
   std::vector<float> x(2 * 32, 0.5f), q(4 * 32, 0.25f), out(4 * 32);
@@ -33,9 +32,9 @@ void exercise(vq::kv::KvCache& c) {
 }
 
 void make_seeds(const char* dir) {
-  for (int m = 0; m < kNumSpecs; ++m) {
+  for (int m = 0; m < kCacheLoadNumSpecs; ++m) {
     for (int n : {0, 5, 40}) {
-      vq::kv::KvCache c(vq::kv::parse_method(kSpecs[m]), layout());
+      vq::kv::KvCache c(vq::kv::parse_method(kCacheLoadSpecs[m]), layout());
       std::vector<float> x(2 * 32);
       for (int t = 0; t < n; ++t) {
         for (size_t i = 0; i < x.size(); ++i) x[i] = float((t * 31 + int(i) * 7) % 13) - 6.0f;
@@ -65,7 +64,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const char* spec = kSpecs[data[0] % kNumSpecs];
+  const char* spec = kCacheLoadSpecs[data[0] % kCacheLoadNumSpecs];
   vq::kv::KvCache c(vq::kv::parse_method(spec), layout());
   vq::ByteReader r(data + 1, size - 1, "fuzz");
   try {

@@ -6,6 +6,11 @@
 
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "fuzz/cache_load_setup.h"
 #include "src/core/byte_io.h"
 #include "src/core/rng.h"
 #include "veloxquant/error.h"
@@ -92,6 +97,23 @@ TEST(CacheIo, RefusesOtherShapesMethodsAndBadCounters) {
   bad = w.data();
   bad[32 + 7 * 8 + 2 * 8] ^= 0x40;
   EXPECT_TRUE(refused(parse_method("q4"), cfg, bad));
+}
+
+// The committed seeds of fuzz_cache_load are valid payloads of the current format (a format change
+// must regenerate them: VQ_FUZZ_MAKE_SEEDS, see fuzz/README.md), so fuzzing starts deep.
+TEST(CacheIo, FuzzSeedsLoad) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(VQ_SOURCE_DIR) + "/fuzz/corpus/fuzz_cache_load")) {
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::vector<uint8_t> b{std::istreambuf_iterator<char>(f), {}};
+    ASSERT_GE(b.size(), 1u);
+    KvCache c(parse_method(vq::fuzz::kCacheLoadSpecs[b[0] % vq::fuzz::kCacheLoadNumSpecs]),
+              vq::fuzz::cache_load_layout());
+    ByteReader r(b.data() + 1, b.size() - 1, e.path().string());
+    EXPECT_NO_THROW(c.load(r)) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 12);
 }
 
 }  // namespace

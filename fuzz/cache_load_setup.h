@@ -1,0 +1,17 @@
+// The caches fuzz_cache_load loads into (shared with the test that keeps its seeds loadable).
+#pragma once
+
+#include <vector>
+
+#include "veloxquant/kv/cache.h"
+
+namespace vq::fuzz {
+
+inline const char* const kCacheLoadSpecs[] = {"fp16", "q4", "q4:rot=1,residual=3,sink=2", "q8:residual=5",
+                                              "kivi:residual=16", "k=kivi:residual=8,v=q4"};
+constexpr int kCacheLoadNumSpecs = sizeof(kCacheLoadSpecs) / sizeof(kCacheLoadSpecs[0]);
+
+// One global layer and one sliding-window layer.
+inline std::vector<kv::LayerConfig> cache_load_layout() { return {{2, 32, 0, 0}, {1, 32, 1, 24}}; }
+
+}  // namespace vq::fuzz
