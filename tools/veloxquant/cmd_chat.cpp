@@ -5,15 +5,14 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <optional>
 #include <string>
 
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
-#include "src/engine/session_file.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
+#include "tools/veloxquant/saved_session.h"
 #include "tools/veloxquant/utf8_stream.h"
 #include "veloxquant/error.h"
 
@@ -61,24 +60,13 @@ Runner add_chat_command(CLI::App& app) {
     const auto model = engine::Model::load(o->model);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
-    std::optional<engine::SessionFile> saved;
-    if (!o->load_cache.empty()) saved = engine::SessionFile::read(o->load_cache);
-    std::string spec = o->kv;
-    if (saved) {
-      VQ_CHECK(!kv_given() || kv::parse_method(o->kv).spec() == saved->method_spec(),
-               fmt::format("{}: saved with --kv {}, but --kv {} was given", o->load_cache, saved->method_spec(),
-                           kv::parse_method(o->kv).spec()));
-      spec = saved->method_spec();
-    }
-    const kv::Method method = kv::parse_method(spec);
+    const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
+    const auto& saved = saved_session.file;
+    const kv::Method method = kv::parse_method(saved_session.spec);
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     std::vector<float> logits;
-    if (saved) {
-      const engine::SessionState st = saved->restore(session);
-      logits = st.last_logits;
-      sampler.rng().set_state(st.rng);
-    }
+    if (saved) restore_saved_session(*saved, session, sampler, &logits);
     const auto& tok = model->tokenizer();
     const bool interactive = isatty(STDIN_FILENO);
     Utf8Stream out(stdout);
@@ -114,11 +102,7 @@ Runner add_chat_command(CLI::App& app) {
       const std::vector<int32_t> close = tok.encode("<end_of_turn>\n", false, true);
       if (session.n_past() + int64_t(close.size()) <= o->ctx) session.feed(close, &logits);
       if (!o->save_cache.empty()) {
-        engine::SessionState st;
-        st.last_logits = logits;
-        const uint64_t* rs = sampler.rng().state();
-        for (int i = 0; i < 4; ++i) st.rng[i] = rs[i];
-        engine::save_session(o->save_cache, session, st);
+        save_current_session(o->save_cache, session, sampler, logits);
       }
     }
     return 0;

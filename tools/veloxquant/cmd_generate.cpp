@@ -4,14 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
-#include <optional>
 
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
-#include "src/engine/session_file.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
+#include "tools/veloxquant/saved_session.h"
 #include "tools/veloxquant/utf8_stream.h"
 #include "veloxquant/error.h"
 
@@ -57,27 +56,16 @@ Runner add_generate_command(CLI::App& app) {
   return [o, kv_given]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
-    std::optional<engine::SessionFile> saved;
-    if (!o->load_cache.empty()) saved = engine::SessionFile::read(o->load_cache);
-    std::string spec = o->kv;
-    if (saved) {
-      VQ_CHECK(!kv_given() || kv::parse_method(o->kv).spec() == saved->method_spec(),
-               fmt::format("{}: saved with --kv {}, but --kv {} was given", o->load_cache, saved->method_spec(),
-                           kv::parse_method(o->kv).spec()));
-      spec = saved->method_spec();
-    }
-    const kv::Method method = kv::parse_method(spec);
+    const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
+    const auto& saved = saved_session.file;
+    const kv::Method method = kv::parse_method(saved_session.spec);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     const auto& tok = model->tokenizer();
     std::vector<float> logits;
-    if (saved) {
-      const engine::SessionState st = saved->restore(session);
-      logits = st.last_logits;
-      sampler.rng().set_state(st.rng);
-    }
+    if (saved) restore_saved_session(*saved, session, sampler, &logits);
     // After a saved context the prompt continues it: no BOS.
     const std::vector<int32_t> prompt =
         o->prompt.empty() && saved ? std::vector<int32_t>{} : tok.encode(o->prompt, !saved);
@@ -122,11 +110,7 @@ Runner add_generate_command(CLI::App& app) {
     if (!o->save_cache.empty()) {
       // The saved state is the one an uninterrupted run would sample its next token from.
       if (!last_fed && !generated.empty() && !tok.is_eog(generated.back())) session.feed({generated.back()}, &logits);
-      engine::SessionState st;
-      st.last_logits = logits;
-      const uint64_t* rs = sampler.rng().state();
-      for (int i = 0; i < 4; ++i) st.rng[i] = rs[i];
-      engine::save_session(o->save_cache, session, st);
+      save_current_session(o->save_cache, session, sampler, logits);
     }
     const double pf = std::chrono::duration<double>(t1 - t0).count();
     const double dc = std::chrono::duration<double>(t2 - t1).count();
