@@ -323,8 +323,8 @@ const GgufTensor& GgufFile::tensor(const std::string& name) const {
 }
 
 uint32_t GgufFile::content_crc32() const {
-  uLong c = crc32_z(0L, Z_NULL, 0);
-  return uint32_t(crc32_z(c, base_, size_));
+  if (!crc_) crc_ = uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), base_, size_));
+  return *crc_;
 }
 
 }  // namespace vq::engine

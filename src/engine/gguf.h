@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <variant>
+#include <optional>
 #include <vector>
 
 namespace vq::engine {
@@ -74,6 +75,7 @@ class GgufFile {
   size_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }
   // CRC-32 of the whole file: the model's identity in saved caches and calibration artifacts.
+  // Computed once (a pass over the whole file), then remembered: chat saves after every turn.
   uint32_t content_crc32() const;
 
   // Metadata in file order, and by key.
@@ -101,6 +103,7 @@ class GgufFile {
   std::string path_;
   int fd_ = -1;
   std::vector<uint8_t> owned_;  // from_memory: the bytes (base_ points into them)
+  mutable std::optional<uint32_t> crc_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   uint32_t version_ = 0;
