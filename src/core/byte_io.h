@@ -25,6 +25,8 @@ class ByteWriter {
   }
   void raw(const void* p, size_t n) {
     if (n == 0) return;
+    // No real field comes near this; saying so also bounds n for the compiler's overflow check.
+    if (n > (size_t(1) << 48)) throw_error(ErrorKind::kInternal, "ByteWriter: field too large");
     const size_t at = out_.size();
     out_.resize(at + n);
     std::memcpy(out_.data() + at, p, n);

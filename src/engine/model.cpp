@@ -25,9 +25,25 @@ std::unique_ptr<Model> Model::load(std::unique_ptr<GgufFile> f) {
 std::vector<kv::LayerConfig> Model::cache_layout() const {
   std::vector<kv::LayerConfig> out;
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    out.push_back({cfg_.n_head_kv, cfg_.head_dim, l, cfg_.swa_layer[size_t(l)] ? cfg_.sliding_window : 0});
+    const bool swa = cfg_.swa_layer[size_t(l)];
+    kv::RopeSpec rope;
+    rope.style = cfg_.rope_neox ? kv::RopeSpec::Style::kNeox : kv::RopeSpec::Style::kNorm;
+    rope.base = swa ? cfg_.rope_base_swa : cfg_.rope_base;
+    rope.freq_scale = swa ? 1.0f : cfg_.rope_scale;
+    out.push_back({cfg_.n_head_kv, cfg_.head_dim, l, swa ? cfg_.sliding_window : 0, rope});
   }
   return out;
+}
+
+kv::ModelIdentity Model::identity() const {
+  kv::ModelIdentity id;
+  id.name = file_->get_string("general.name", file_->path().substr(file_->path().find_last_of('/') + 1));
+  id.arch = cfg_.arch;
+  id.crc32 = file_->content_crc32();
+  id.n_layer = cfg_.n_layer;
+  id.n_kv_heads = cfg_.n_head_kv;
+  id.head_dim = cfg_.head_dim;
+  return id;
 }
 
 void Model::validate_config() const {

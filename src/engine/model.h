@@ -12,6 +12,7 @@
 #include "src/engine/matmul.h"
 #include "src/engine/tokenizer.h"
 #include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
 
 namespace vq::engine {
 
@@ -22,6 +23,7 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   float rope_base = 10000.0f, rope_scale = 1.0f;  // global layers
   float rope_base_swa = 10000.0f;                  // sliding-window layers
+  bool rope_neox = true;                           // NEOX pairs (i, i+d/2); else NORM (2i, 2i+1)
   int sliding_window = 0;                          // 0: none
   std::vector<bool> swa_layer;                     // per layer: uses the sliding window
   float attn_scale = 1.0f;                         // applied to q before attention
@@ -37,8 +39,10 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const Tokenizer& tokenizer() const { return *tok_; }
   const GgufFile& file() const { return *file_; }
-  // One LayerConfig per layer (KV heads, head dim, sliding window) for building a cache.
+  // One LayerConfig per layer (KV heads, head dim, sliding window, RoPE) for building a cache.
   std::vector<kv::LayerConfig> cache_layout() const;
+  // What a calibration made on this model records, and checks, of it.
+  kv::ModelIdentity identity() const;
 
   // Runs n tokens at positions pos0 .. pos0+n-1: their keys and values enter `cache` (layer by
   // layer) before their queries attend to it. Writes logits of the tokens whose `want_logits`

@@ -7,6 +7,7 @@
 #include "src/kv/stream.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
 
 namespace vq::kv {
 
@@ -15,6 +16,19 @@ namespace {
 template <typename Codec>
 int flush_step(const Codec& c) {
   return c.encodes_single_tokens() ? 1 : c.block_tokens();
+}
+
+// What the codecs of one side (0 keys, 1 values) of a layer are built for.
+CodecContext codec_context(const Method& method, const LayerConfig& config, int side) {
+  CodecContext ctx{config.head_dim, config.layer_index, layer_seed(0, config.layer_index, side), config.rope, nullptr};
+  if (const Calibration* calib = method.calibration()) {
+    VQ_CHECK_DATA(config.layer_index >= 0 && size_t(config.layer_index) < calib->layers.size() &&
+                      calib->layers[size_t(config.layer_index)].head_dim == config.head_dim,
+                  fmt::format("the calibration for '{}' does not fit layer {} (head size {})", method.spec(),
+                              config.layer_index, config.head_dim));
+    ctx.calib = &calib->layers[size_t(config.layer_index)];
+  }
+  return ctx;
 }
 }  // namespace
 
@@ -33,10 +47,8 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   VQ_CHECK(config.n_kv_heads > 0 && config.head_dim > 0,
            fmt::format("layer {}: n_kv_heads and head_dim must be positive", config.layer_index));
   VQ_CHECK(config.sliding_window >= 0, "sliding_window must be >= 0");
-  CodecContext kctx{config.head_dim, config.layer_index, 0};
-  CodecContext vctx = kctx;
-  kctx.seed = layer_seed(0, config.layer_index, 0);
-  vctx.seed = layer_seed(0, config.layer_index, 1);
+  const CodecContext kctx = codec_context(method, config, 0);
+  const CodecContext vctx = codec_context(method, config, 1);
   key_codec_ = method.keys().key_codec(kctx);
   value_codec_ = method.values().value_codec(vctx);
   const int sinks = method.sink_tokens();
@@ -119,9 +131,8 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
   size_t total = 0;
   const int sinks = method.sink_tokens();
   for (const LayerConfig& c : layers) {
-    const CodecContext ctx{c.head_dim, c.layer_index, 0};
-    const auto kc = method.keys().key_codec(ctx);
-    const auto vc = method.values().value_codec(ctx);
+    const auto kc = method.keys().key_codec(codec_context(method, c, 0));
+    const auto vc = method.values().value_codec(codec_context(method, c, 1));
     total += kc->param_bytes() + vc->param_bytes();
     // A sliding layer keeps its window, the batch and at most two pages; a global layer keeps all.
     const int64_t span =

@@ -1,6 +1,11 @@
 // The list of methods. Adding a method is one line here plus its own file.
 #include "src/kv/registry.h"
 
+#include <fmt/format.h>
+
+#include "veloxquant/error.h"
+#include "veloxquant/kv/calibration.h"
+
 #include "src/core/rng.h"
 
 namespace vq::kv {
@@ -12,6 +17,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &q8_method(),
       &q4_method(),
       &kivi_method(),
+      &kvquant_method(),
   };
   return methods;
 }
@@ -37,6 +43,14 @@ uint64_t layer_seed(uint64_t seed, int layer, int side) {
 
 int Method::sink_tokens() const {
   return std::max(keys_->sink_tokens(), values_->sink_tokens());
+}
+
+Method Method::with_calibration(std::shared_ptr<const Calibration> calib) const {
+  VQ_CHECK(calib, "with_calibration: no calibration");
+  VQ_CHECK(calib->spec == spec_, fmt::format("the calibration was made for '{}', not for '{}'", calib->spec, spec_));
+  Method m = *this;
+  m.calib_ = std::move(calib);
+  return m;
 }
 
 double Method::bits_per_element(int head_dim) const {

@@ -13,6 +13,7 @@ const MethodDef& bf16_method();
 const MethodDef& q8_method();
 const MethodDef& q4_method();
 const MethodDef& kivi_method();
+const MethodDef& kvquant_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -68,11 +68,11 @@ inline double norm(const float* x, int d) {
 
 // Fused scores and accumulation against decode-then-dot, on a run of about `tokens` tokens,
 // over sub-ranges that start and end inside blocks.
-inline void check_fused_equals_reference(const std::string& spec, int d, Data kind, uint64_t seed,
+// ctx: what the codecs are built for (its head_dim is d).
+inline void check_fused_equals_reference(const Method& m, const CodecContext& ctx, Data kind, uint64_t seed,
                                          int tokens = 96, int n_q = 5) {
-  SCOPED_TRACE(spec + " d=" + std::to_string(d));
-  const Method m = parse_method(spec);
-  const CodecContext ctx{d, 3, seed};
+  const int d = ctx.head_dim;
+  SCOPED_TRACE(m.spec() + " d=" + std::to_string(d));
   const auto kc = m.keys().key_codec(ctx);
   const auto vc = m.values().value_codec(ctx);
   const int64_t pos0 = 17;
@@ -123,6 +123,11 @@ inline void check_fused_equals_reference(const std::string& spec, int d, Data ki
   }
 }
 
+inline void check_fused_equals_reference(const std::string& spec, int d, Data kind, uint64_t seed,
+                                         int tokens = 96, int n_q = 5) {
+  check_fused_equals_reference(parse_method(spec), CodecContext{d, 3, seed}, kind, seed, tokens, n_q);
+}
+
 // Relative reconstruction error ||x - decode(encode(x))||^2 / ||x||^2 over Gaussian tokens.
 inline double relative_mse(const std::string& spec, int d, bool keys, Data kind = Data::kGaussian) {
   const Method m = parse_method(spec);
@@ -145,20 +150,23 @@ inline double relative_mse(const std::string& spec, int d, bool keys, Data kind 
 }
 
 // The bytes a codec writes per block agree with the method's bits-per-element formula.
-inline void check_block_bytes_match_formula(const std::string& spec, int d) {
-  const Method m = parse_method(spec);
-  const CodecContext ctx{d, 0, 1};
+inline void check_block_bytes_match_formula(const Method& m, const CodecContext& ctx) {
+  const int d = ctx.head_dim;
   const auto kc = m.keys().key_codec(ctx);
   const auto vc = m.values().value_codec(ctx);
   EXPECT_DOUBLE_EQ(double(kc->block_bytes()) * 8 / (double(kc->block_tokens()) * d), m.keys().key_bits(d));
   EXPECT_DOUBLE_EQ(double(vc->block_bytes()) * 8 / (double(vc->block_tokens()) * d), m.values().value_bits(d));
 }
 
+inline void check_block_bytes_match_formula(const std::string& spec, int d) {
+  check_block_bytes_match_formula(parse_method(spec), CodecContext{d, 0, 1});
+}
+
 // A codec that encodes tokens on their own writes, token by token into a zeroed block, exactly
 // the bytes its whole-block encode writes (the stream relies on it).
-inline void check_single_token_encode(const std::string& spec, int d) {
-  const Method m = parse_method(spec);
-  const CodecContext ctx{d, 0, 1};
+inline void check_single_token_encode(const Method& m, const CodecContext& ctx) {
+  const int d = ctx.head_dim;
+  const std::string spec = m.spec();
   const auto kc = m.keys().key_codec(ctx);
   const auto vc = m.values().value_codec(ctx);
   const auto check = [&](const auto& c, uint64_t seed) {
@@ -172,6 +180,10 @@ inline void check_single_token_encode(const std::string& spec, int d) {
   };
   check(*kc, 5);
   check(*vc, 6);
+}
+
+inline void check_single_token_encode(const std::string& spec, int d) {
+  check_single_token_encode(parse_method(spec), CodecContext{d, 0, 1});
 }
 
 inline void check_all(const std::string& spec, const std::vector<int>& dims, int tokens = 96) {

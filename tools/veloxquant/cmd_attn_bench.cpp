@@ -14,6 +14,7 @@
 #include "src/core/rng.h"
 #include "src/core/simd.h"
 #include "src/core/threads.h"
+#include "src/kv/calib/calibrate.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
@@ -109,12 +110,27 @@ Runner add_attn_bench_command(CLI::App& app) {
     std::vector<float> k, v;
     synthetic_kv(*o, &k, &v);
     std::vector<kv::LayerConfig> layers(size_t(o->layers));
-    for (int l = 0; l < o->layers; ++l) layers[l] = {o->kv_heads, o->head_dim, l, 0};
+    // Keys count as rotated by a NEOX RoPE (base 10000), so pre-RoPE codecs pay for turning
+    // them back and for rotating while they score, as on a real model.
+    kv::RopeSpec rope;
+    rope.style = kv::RopeSpec::Style::kNeox;
+    for (int l = 0; l < o->layers; ++l) layers[l] = {o->kv_heads, o->head_dim, l, 0, rope};
     std::vector<Bench> benches;
     const size_t row = size_t(o->kv_heads) * o->head_dim;
     for (const auto& spec : o->kv) {
       Bench b;
-      const kv::Method m = kv::parse_method(spec);
+      kv::Method m = kv::parse_method(spec);
+      if (m.needs_calibration()) {
+        // Calibrated on the synthetic data itself (its first 4096 tokens, every weight 1), the
+        // same calibration for every layer.
+        const int64_t n = std::min<int64_t>(o->ctx, 4096);
+        auto c = std::make_shared<kv::Calibration>(kv::calibrate(
+            m, {kv::unweighted_samples(layers[0], k.data(), v.data(), n, 0)},
+            kv::ModelIdentity{"synthetic", "attn-bench", 0, 1, o->kv_heads, o->head_dim}, "attn-bench synthetic data"));
+        c->layers.resize(size_t(o->layers), c->layers[0]);
+        c->model.n_layer = o->layers;
+        m = m.with_calibration(c);
+      }
       b.spec = m.spec();
       b.bits = m.bits_per_element(o->head_dim);
       log(fmt::format("filling {} ({} layers x {} tokens)...", b.spec, o->layers, o->ctx));

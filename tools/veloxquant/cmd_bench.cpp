@@ -14,6 +14,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
@@ -31,7 +32,7 @@ Runner add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prefill and decode speed, KV bytes and peak RSS per KV method");
   struct Opts {
     std::string model, text;
-    std::vector<std::string> kv;
+    std::vector<std::string> kv, calib;
     std::vector<int64_t> depths = {0};
     int prompt = 512, n_decode = 64, reps = 3, threads = 2;
     bool json = false;
@@ -46,6 +47,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("-f,--file", o->text, "Text whose tokens fill prompts and depths (default: a fixed token pattern)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
     if (o->kv.empty()) o->kv = {"fp16"};
     for (const auto& s : o->kv) kv::parse_method(s);
@@ -84,7 +86,7 @@ Runner add_bench_command(CLI::App& app) {
     std::vector<Result> results;
     for (const auto& s : o->kv) {
       Result r;
-      const kv::Method m = kv::parse_method(s);
+      const kv::Method m = method_for_model(s, o->calib, *model);
       r.spec = m.spec();
       r.bits = m.bits_per_element(cfg.head_dim);
       r.decode.resize(o->depths.size());
@@ -94,7 +96,7 @@ Runner add_bench_command(CLI::App& app) {
     }
     for (int rep = 0; rep < o->reps; ++rep) {
       for (auto& r : results) {
-        const kv::Method m = kv::parse_method(r.spec);
+        const kv::Method m = method_for_model(r.spec, o->calib, *model);
         if (!o->json) fmt::print(stderr, "round {}/{}: {}\n", rep + 1, o->reps, r.spec);
         {
           engine::Session s(*model, m, n_ctx);

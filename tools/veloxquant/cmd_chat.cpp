@@ -10,6 +10,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/saved_session.h"
@@ -33,6 +34,7 @@ Runner add_chat_command(CLI::App& app) {
   struct Opts {
     std::string model, kv = "fp16", system;
     std::string kv_budget, save_cache, load_cache;
+    std::vector<std::string> calib;
     int n_predict = 512, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
     engine::SamplerParams sp;
@@ -53,6 +55,7 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--save-cache", o->save_cache, "Save the conversation (compressed cache, sampler) after every turn");
   cmd->add_option("--load-cache", o->load_cache, "Continue a conversation saved with --save-cache");
+  add_calib_option(cmd, &o->calib);
   cmd->callback([o]() { kv::parse_method(o->kv); });
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
@@ -62,7 +65,7 @@ Runner add_chat_command(CLI::App& app) {
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
     const auto& saved = saved_session.file;
-    const kv::Method method = kv::parse_method(saved_session.spec);
+    const kv::Method method = method_for_model(saved_session.spec, o->calib, *model);
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));
     engine::Sampler sampler(o->sp);
     std::vector<float> logits;

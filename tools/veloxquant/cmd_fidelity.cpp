@@ -11,6 +11,7 @@
 
 #include "src/core/threads.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/fidelity_metrics.h"
@@ -22,7 +23,7 @@ Runner add_fidelity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("fidelity", "Per-layer error of each method on the model's real Q/K/V");
   struct Opts {
     std::string model, file;
-    std::vector<std::string> kv;
+    std::vector<std::string> kv, calib;
     int64_t tokens = 1024;
     int queries = 32, threads = 2;
     bool json = false, per_layer = false;
@@ -36,6 +37,7 @@ Runner add_fidelity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_flag("--per-layer", o->per_layer, "Print every layer, not only the mean and the worst");
   cmd->add_flag("--json", o->json, "Print one JSON object (always per layer)");
+  add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
     for (const auto& s : o->kv) kv::parse_method(s);
   });
@@ -73,7 +75,7 @@ Runner add_fidelity_command(CLI::App& app) {
                             {"out_rel_err", f.out_rel_err}};
     };
     for (const auto& spec : o->kv) {
-      const kv::Method method = kv::parse_method(spec);
+      const kv::Method method = method_for_model(spec, o->calib, *model);
       const int d = model->config().head_dim;
       const double bits = (method.keys().key_bits(d) + method.values().value_bits(d)) / 2;
       LayerFidelity mean;

@@ -8,6 +8,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "tools/veloxquant/saved_session.h"
@@ -26,6 +27,7 @@ Runner add_generate_command(CLI::App& app) {
     engine::SamplerParams sp;
     bool show_ids = false, ignore_eos = false;
     std::string dump_logits, save_cache, load_cache;
+    std::vector<std::string> calib;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
@@ -48,6 +50,7 @@ Runner add_generate_command(CLI::App& app) {
                   "Save the session (compressed cache, position, last logits, sampler) to this file at the end");
   cmd->add_option("--load-cache", o->load_cache,
                   "Continue a session saved with --save-cache (same model; its --kv unless given)");
+  add_calib_option(cmd, &o->calib);
   cmd->callback([o, cmd]() {
     kv::parse_method(o->kv);
     VQ_CHECK(cmd->count("--prompt") > 0 || !o->load_cache.empty(), "--prompt is required (unless --load-cache)");
@@ -58,7 +61,7 @@ Runner add_generate_command(CLI::App& app) {
     const auto model = engine::Model::load(o->model);
     const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
     const auto& saved = saved_session.file;
-    const kv::Method method = kv::parse_method(saved_session.spec);
+    const kv::Method method = method_for_model(saved_session.spec, o->calib, *model);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     engine::Session session(*model, method, o->ctx, o->ubatch, kv_budget_bytes(o->kv_budget));

@@ -10,6 +10,7 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
@@ -40,6 +41,7 @@ Runner add_passkey_command(CLI::App& app) {
   struct Opts {
     std::string model, kv = "fp16";
     std::string kv_budget;
+    std::vector<std::string> calib;
     std::vector<int64_t> ctx = {1024, 4096};
     int trials = 5, threads = 2, bands = 3;
     uint64_t seed = 1;
@@ -55,6 +57,7 @@ Runner add_passkey_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--seed", o->seed, "Seed for keys and depths");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
     kv::parse_method(o->kv);
     for (int64_t c : o->ctx) VQ_CHECK(c >= 64, fmt::format("--ctx {} is below 64 tokens", c));
@@ -62,7 +65,7 @@ Runner add_passkey_command(CLI::App& app) {
   return [o]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
-    const kv::Method method = kv::parse_method(o->kv);
+    const kv::Method method = method_for_model(o->kv, o->calib, *model);
     const auto& tok = model->tokenizer();
     const int64_t per_filler = int64_t(tok.encode(kFiller, false).size());
     const int64_t fixed = int64_t(tok.encode(prompt_text(0, 0, "12345")).size());

@@ -15,7 +15,9 @@
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
+#include "veloxquant/kv/calibration.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
 
@@ -38,7 +40,8 @@ void log_softmax(const float* x, int64_t n, std::vector<double>* out) {
 Runner add_perplexity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Perplexity over a text file, chunked as llama-perplexity");
   struct Opts {
-    std::string model, file, kv = "fp16";
+    std::string model, file, kv = "fp16", part = "all";
+    std::vector<std::string> calib;
     std::string kv_budget;
     int64_t ctx = 512;
     int chunks = -1, threads = 2, ubatch = 512;
@@ -54,19 +57,17 @@ Runner add_perplexity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--ubatch", o->ubatch, "Micro-batch size")->check(CLI::Range(1, 1 << 16));
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  add_calib_option(cmd, &o->calib);
+  add_part_option(cmd, &o->part);
   cmd->callback([o]() { kv::parse_method(o->kv); });
   return [o]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
-    const kv::Method method = kv::parse_method(o->kv);
+    const kv::Method method = method_for_model(o->kv, o->calib, *model);
     const kv::Method ref_method = kv::parse_method("fp16");
     const bool compare = method.spec() != "fp16";
-    std::ifstream in(o->file, std::ios::binary);
-    VQ_CHECK(bool(in), fmt::format("{}: cannot open", o->file));
-    std::stringstream ss;
-    ss << in.rdbuf();
     const auto& tok = model->tokenizer();
-    const std::vector<int32_t> tokens = tok.encode(ss.str());
+    const std::vector<int32_t> tokens = tok.encode(read_text_part(o->file, o->part));
     const int64_t n_ctx = o->ctx, V = model->config().n_vocab;
     VQ_CHECK(n_ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", n_ctx, model->config().n_ctx_train));
@@ -126,6 +127,8 @@ Runner add_perplexity_command(CLI::App& app) {
     nlohmann::json j;
     j["model"] = o->model;
     j["file"] = o->file;
+    j["part"] = o->part;
+    if (const kv::Calibration* c = method.calibration()) j["calibration"] = c->source;
     j["kv"] = method.spec();
     j["ctx"] = n_ctx;
     j["chunks"] = n_chunks;

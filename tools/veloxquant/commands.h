@@ -19,5 +19,6 @@ Runner add_chat_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_passkey_command(CLI::App& app);
 Runner add_fidelity_command(CLI::App& app);
+Runner add_calibrate_command(CLI::App& app);
 
 }  // namespace vq::cli

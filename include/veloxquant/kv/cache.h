@@ -28,11 +28,16 @@ class ByteReader;
 namespace vq::kv {
 
 struct LayerConfig {
+  LayerConfig() = default;
+  LayerConfig(int heads, int dim, int layer, int window = 0, RopeSpec rope_spec = {})
+      : n_kv_heads(heads), head_dim(dim), layer_index(layer), sliding_window(window), rope(rope_spec) {}
   int n_kv_heads = 0;
   int head_dim = 0;
   int layer_index = 0;
   // Attend only to the last `sliding_window` positions (0: the whole context).
   int sliding_window = 0;
+  // The rotary embedding the model applied to the keys it appends (for pre-RoPE codecs).
+  RopeSpec rope;
 };
 
 // Bytes actually allocated, by role.

@@ -13,11 +13,31 @@
 
 namespace vq::kv {
 
-// What a codec is built for: the shape of one layer's heads and a seed for anything random.
+// How the model rotates keys by position (rotary embedding), for codecs that store keys as they
+// were before the rotation and apply it while scoring. NEOX pairs channels (i, i + d/2), NORM
+// pairs (2i, 2i + 1); pair i turns by pos * freq_scale * base^(-2i/d).
+struct RopeSpec {
+  enum class Style : uint8_t { kNone, kNeox, kNorm };
+  Style style = Style::kNone;
+  float base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+
+struct LayerCalibration;
+
+// What a codec is built for: the shape of one layer's heads, a seed for anything random, the
+// layer's rotary embedding, and the layer's calibration for methods that learn from data (null
+// when the method was given none).
 struct CodecContext {
+  CodecContext() = default;
+  CodecContext(int dim, int layer_index, uint64_t seed_value, RopeSpec rope_spec = {},
+               const LayerCalibration* layer_calib = nullptr)
+      : head_dim(dim), layer(layer_index), seed(seed_value), rope(rope_spec), calib(layer_calib) {}
   int head_dim = 0;
   int layer = 0;
   uint64_t seed = 0;
+  RopeSpec rope;
+  const LayerCalibration* calib = nullptr;
 };
 
 class KeyCodec {

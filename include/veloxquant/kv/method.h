@@ -12,6 +12,9 @@
 
 namespace vq::kv {
 
+struct Calibration;
+struct LayerSamples;
+
 enum class ParamType { kInt, kFloat, kBool, kChoice };
 
 struct ParamInfo {
@@ -47,6 +50,11 @@ class MethodImpl {
   virtual int value_keep() const = 0;
   // Leading tokens kept in fp16 forever (attention sinks).
   virtual int sink_tokens() const { return 0; }
+  // Whether codecs need a calibration (CodecContext::calib) made for this spec, and how the
+  // key side and the value side learn theirs from a layer's samples.
+  virtual bool needs_calibration() const { return false; }
+  virtual void calibrate_keys(const LayerSamples&, LayerCalibration*) const {}
+  virtual void calibrate_values(const LayerSamples&, LayerCalibration*) const {}
 };
 
 struct MethodDef {
@@ -69,9 +77,15 @@ class Method {
   // Average of key and value bits per element for compressed tokens.
   double bits_per_element(int head_dim) const;
 
+  bool needs_calibration() const { return keys_->needs_calibration() || values_->needs_calibration(); }
+  // The same method carrying a calibration; refuses (vq::Error, kUsage) one made for another spec.
+  Method with_calibration(std::shared_ptr<const Calibration> calib) const;
+  const Calibration* calibration() const { return calib_.get(); }
+
  private:
   std::string spec_;
   std::shared_ptr<const MethodImpl> keys_, values_;
+  std::shared_ptr<const Calibration> calib_;
 };
 
 // Parses a spec; a bad one throws vq::Error (kind kUsage) naming the bad part.

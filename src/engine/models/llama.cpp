@@ -22,6 +22,7 @@ class Llama final : public Model {
     ModelConfig& c = cfg_;
     c.arch = g.get_string("general.architecture");
     neox_ = c.arch == "qwen2";
+    c.rope_neox = neox_;
     const auto key = [&](const char* k) { return c.arch + "." + k; };
     const auto ranged = [&](const char* k, int64_t lo, int64_t hi) {
       const int64_t v = g.get_int(key(k));

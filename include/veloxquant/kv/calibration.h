@@ -1,0 +1,62 @@
+// What a method learns offline from a model's activations on calibration text, bound to the
+// method spec and to the model it was made for, and saved as a checked file (magic, version,
+// CRC-32): `veloxquant calibrate` writes it, `--calib FILE` reads it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vq::kv {
+
+struct LayerCalibration {
+  int head_dim = 0;
+  // Keys as they were before RoPE, per channel (pooled over the layer's KV heads): the range
+  // that holds the inliers. Values outside it are outliers.
+  std::vector<float> key_lo, key_hi;
+  // Non-uniform datatypes: the levels (ascending) of normalized keys and values.
+  std::vector<float> key_levels, value_levels;
+};
+
+// Which model a calibration belongs to: a calibration is refused for any other.
+struct ModelIdentity {
+  std::string name;
+  std::string arch;
+  uint32_t crc32 = 0;  // of the model file's contents
+  int n_layer = 0, n_kv_heads = 0, head_dim = 0;
+  bool operator==(const ModelIdentity&) const = default;
+  std::string describe() const;
+};
+
+struct Calibration {
+  std::string spec;  // canonical spec of the method it was made for
+  ModelIdentity model;
+  std::string source;  // the text it was computed on
+  int64_t tokens = 0;
+  std::vector<LayerCalibration> layers;
+};
+
+// One layer's activations from calibration text, as a method learns from them.
+struct LayerSamples {
+  int n_kv_heads = 0, head_dim = 0;
+  int64_t n_tokens = 0;
+  std::vector<float> keys;    // [n_tokens][n_kv_heads][head_dim], before RoPE
+  std::vector<float> values;  // [n_tokens][n_kv_heads][head_dim]
+  // Sensitivity without gradients (this engine has no backward pass), what an error costs
+  // attention: per key channel, the mean square of the RoPE-aligned queries that meet it (a
+  // key error e in channel c moves a score by q_c e); per token and KV head, the sum over the
+  // queries that see it of its squared attention weight (a value error e moves the output by
+  // a e).
+  std::vector<double> key_channel_weight;  // [head_dim]
+  std::vector<double> value_token_weight;  // [n_tokens][n_kv_heads]
+};
+
+void save_calibration(const std::string& path, const Calibration& c);
+// Throws vq::Error: kUsage when the file cannot be opened, kData when it is damaged, of another
+// kind or version, or holds values no calibration can have.
+Calibration load_calibration(const std::string& path);
+// The checked payload of a calibration file, parsed and validated (`what` names it in errors).
+Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::string& what);
+std::vector<uint8_t> serialize_calibration(const Calibration& c);
+
+}  // namespace vq::kv

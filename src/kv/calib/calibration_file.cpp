@@ -1,0 +1,113 @@
+// Calibration files: a checked file ("VQCALIB1", version 1) whose payload is the spec, the model
+// identity, the source text's description, and per layer the key ranges and the two datatypes.
+// Everything read is validated before use: counts against their limits, floats finite, ranges
+// ordered, levels ascending.
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+
+#include "src/core/byte_io.h"
+#include "src/core/checked_file.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/calibration.h"
+
+namespace vq::kv {
+
+namespace {
+
+constexpr char kMagic[9] = "VQCALIB1";
+constexpr uint32_t kVersion = 1;
+constexpr int64_t kMaxLayers = 4096, kMaxHeadDim = 4096, kMaxLevels = 256, kMaxHeads = 4096;
+constexpr float kMaxLevel = 16.0f;  // levels live near [-1, 1]; Q-Norm may move them a little
+
+void put_floats(ByteWriter& w, const std::vector<float>& v) {
+  w.u64(v.size());
+  for (float x : v) w.u32(std::bit_cast<uint32_t>(x));
+}
+
+std::vector<float> get_floats(ByteReader& r, const char* field, int64_t lo, int64_t hi) {
+  const int64_t n = r.i64_in(field, lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  r.raw(v.data(), v.size() * sizeof(float), field);
+  for (float x : v) r.check(std::isfinite(x), field, "holds a value that is not finite");
+  return v;
+}
+
+}  // namespace
+
+std::string ModelIdentity::describe() const {
+  return fmt::format("{} ({}, {} layers, {} KV heads of {}, CRC-32 {:08x})", name, arch, n_layer, n_kv_heads, head_dim,
+                     crc32);
+}
+
+std::vector<uint8_t> serialize_calibration(const Calibration& c) {
+  ByteWriter w;
+  w.str(c.spec);
+  w.str(c.model.name);
+  w.str(c.model.arch);
+  w.u32(c.model.crc32);
+  w.i64(c.model.n_layer);
+  w.i64(c.model.n_kv_heads);
+  w.i64(c.model.head_dim);
+  w.str(c.source);
+  w.i64(c.tokens);
+  w.i64(int64_t(c.layers.size()));
+  for (const LayerCalibration& l : c.layers) {
+    w.i64(l.head_dim);
+    put_floats(w, l.key_lo);
+    put_floats(w, l.key_hi);
+    put_floats(w, l.key_levels);
+    put_floats(w, l.value_levels);
+  }
+  return w.data();
+}
+
+Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::string& what) {
+  ByteReader r(payload.data(), payload.size(), what);
+  Calibration c;
+  c.spec = r.str("spec", 1024);
+  c.model.name = r.str("model name", 1024);
+  c.model.arch = r.str("model architecture", 256);
+  c.model.crc32 = r.u32("model CRC-32");
+  c.model.n_layer = int(r.i64_in("model layers", 1, kMaxLayers));
+  c.model.n_kv_heads = int(r.i64_in("model KV heads", 1, kMaxHeads));
+  c.model.head_dim = int(r.i64_in("model head size", 1, kMaxHeadDim));
+  c.source = r.str("source", 4096);
+  c.tokens = r.i64_in("tokens", 0, int64_t(1) << 40);
+  const int64_t n_layers = r.i64_in("layer count", 0, kMaxLayers);
+  r.check(n_layers == c.model.n_layer, "layer count", fmt::format("{} layers for a model of {}", n_layers, c.model.n_layer));
+  for (int64_t l = 0; l < n_layers; ++l) {
+    LayerCalibration lc;
+    lc.head_dim = int(r.i64_in("layer head size", 1, kMaxHeadDim));
+    r.check(lc.head_dim == c.model.head_dim, "layer head size", "differs from the model's");
+    lc.key_lo = get_floats(r, "key ranges (low)", 0, kMaxHeadDim);
+    lc.key_hi = get_floats(r, "key ranges (high)", 0, kMaxHeadDim);
+    r.check(lc.key_lo.size() == lc.key_hi.size() && (lc.key_lo.empty() || int(lc.key_lo.size()) == lc.head_dim),
+            "key ranges", "not one per channel");
+    for (size_t j = 0; j < lc.key_lo.size(); ++j) {
+      r.check(lc.key_lo[j] <= lc.key_hi[j] && std::fabs(lc.key_lo[j]) <= 65504.0f && std::fabs(lc.key_hi[j]) <= 65504.0f,
+              "key ranges", fmt::format("channel {}: [{}, {}] is not an fp16 range", j, lc.key_lo[j], lc.key_hi[j]));
+    }
+    for (auto* levels : {&lc.key_levels, &lc.value_levels}) {
+      *levels = get_floats(r, "levels", 0, kMaxLevels);
+      for (size_t i = 0; i < levels->size(); ++i) {
+        r.check(std::fabs((*levels)[i]) <= kMaxLevel, "levels", "a level lies far outside [-1, 1]");
+        r.check(i == 0 || (*levels)[i - 1] < (*levels)[i], "levels", "not strictly ascending");
+      }
+    }
+    c.layers.push_back(std::move(lc));
+  }
+  r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));
+  return c;
+}
+
+void save_calibration(const std::string& path, const Calibration& c) {
+  write_checked_file(path, kMagic, kVersion, serialize_calibration(c));
+}
+
+Calibration load_calibration(const std::string& path) {
+  return parse_calibration(read_checked_file(path, kMagic, kVersion), path);
+}
+
+}  // namespace vq::kv

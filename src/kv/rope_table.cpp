@@ -1,0 +1,81 @@
+#include "src/kv/rope_table.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+
+namespace {
+constexpr int kLow = 256;
+uint64_t next_serial() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+}  // namespace
+
+RopeTable::RopeTable(int head_dim, RopeSpec spec)
+    : d_(head_dim), half_(head_dim / 2), spec_(spec), serial_(next_serial()) {
+  if (identity()) return;
+  VQ_CHECK(head_dim >= 2 && head_dim % 2 == 0, fmt::format("RoPE needs an even head size, not {}", head_dim));
+  VQ_CHECK(std::isfinite(spec.base) && spec.base > 1.0f && std::isfinite(spec.freq_scale) && spec.freq_scale > 0.0f,
+           "RoPE base must be > 1 and its frequency scale > 0");
+  theta_.resize(size_t(half_));
+  for (int i = 0; i < half_; ++i) {
+    theta_[size_t(i)] = double(spec.freq_scale) * std::pow(double(spec.base), -2.0 * i / head_dim);
+  }
+  low_.resize(size_t(kLow) * 2 * half_);
+  for (int b = 0; b < kLow; ++b) {
+    for (int i = 0; i < half_; ++i) {
+      low_[size_t(b) * 2 * half_ + i] = float(std::cos(b * theta_[size_t(i)]));
+      low_[size_t(b) * 2 * half_ + half_ + i] = float(std::sin(b * theta_[size_t(i)]));
+    }
+  }
+}
+
+void RopeTable::angles(int64_t pos, float* cs, float* sn) const {
+  VQ_CHECK(pos >= 0, "RoPE: negative position");
+  // Runs of positions share a segment: remember the last one per thread (tables are told
+  // apart by a serial number, never by address, which a later table may reuse).
+  thread_local uint64_t last_table = 0;
+  thread_local int64_t last_a = -1;
+  thread_local std::vector<float> seg;
+  const int64_t a = pos / kLow;
+  if (last_table != serial_ || last_a != a) {
+    seg.resize(size_t(2 * half_));
+    for (int i = 0; i < half_; ++i) {
+      // fmod keeps the argument small, so cos and sin stay exact for large positions.
+      const double angle = std::fmod(double(a) * kLow * theta_[size_t(i)], 2.0 * M_PI);
+      seg[size_t(i)] = float(std::cos(angle));
+      seg[size_t(half_ + i)] = float(std::sin(angle));
+    }
+    last_table = serial_;
+    last_a = a;
+  }
+  const float* hi = seg.data();
+  const float* lo = low_.data() + size_t(pos % kLow) * 2 * half_;
+  for (int i = 0; i < half_; ++i) {
+    const float ch = hi[i], sh = hi[half_ + i], cl = lo[i], sl = lo[half_ + i];
+    cs[i] = ch * cl - sh * sl;
+    sn[i] = sh * cl + ch * sl;
+  }
+}
+
+void RopeTable::rotate(float* x, int64_t pos, bool inverse) const {
+  if (identity()) return;
+  float cs[2048], sn[2048];
+  VQ_CHECK(half_ <= 2048, "RoPE: head size above 4096");
+  angles(pos, cs, sn);
+  for (int i = 0; i < half_; ++i) {
+    const int a = first(i), b = second(i);
+    const float s = inverse ? -sn[i] : sn[i];
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * cs[i] - x1 * s;
+    x[b] = x0 * s + x1 * cs[i];
+  }
+}
+
+}  // namespace vq::kv

@@ -1,0 +1,197 @@
+// Calibration machinery: the RoPE table (the model's rotation, and its exact inverse), weighted
+// 1-D k-means and Q-Norm, the sensitivity the collector records (checked against brute force),
+// and calibration files (round trip; damage, foreign kinds and bad values refused).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "src/core/rng.h"
+#include "src/engine/ops.h"
+#include "src/kv/calib/calibrate.h"
+#include "src/kv/calib/nuq.h"
+#include "src/kv/rope_table.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/calibration.h"
+
+namespace vq::kv {
+namespace {
+
+RopeSpec spec(RopeSpec::Style style, float base, float scale = 1.0f) {
+  RopeSpec r;
+  r.style = style;
+  r.base = base;
+  r.freq_scale = scale;
+  return r;
+}
+
+// The table rotates as the engine's RoPE does (which builds its angles in float, ggml's way),
+// at positions up to 100k, and the inverse undoes it.
+TEST(RopeTable, MatchesTheModelsRotation) {
+  Rng rng(1);
+  for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kNorm}) {
+    for (float base : {10000.0f, 1e6f}) {
+      const int d = 256;
+      const RopeTable t(d, spec(style, base, 0.125f));
+      for (int64_t pos : {int64_t(0), int64_t(1), int64_t(255), int64_t(256), int64_t(4097), int64_t(100000)}) {
+        std::vector<float> x(static_cast<size_t>(d)), y;
+        for (auto& v : x) v = float(rng.normal());
+        y = x;
+        t.rotate(y.data(), pos, false);
+        std::vector<float> e = x;
+        if (style == RopeSpec::Style::kNeox) {
+          engine::rope_neox(e.data(), 1, d, pos, base, 0.125f);
+        } else {
+          engine::rope_norm(e.data(), 1, d, pos, base, 0.125f);
+        }
+        // ggml's float angle at position p is off by about p * 6e-8 radians.
+        const double tol = 1e-5 + 2e-7 * double(pos);
+        for (int j = 0; j < d; ++j) EXPECT_NEAR(y[size_t(j)], e[size_t(j)], tol) << "pos " << pos << " j " << j;
+        t.rotate(y.data(), pos, true);
+        for (int j = 0; j < d; ++j) EXPECT_NEAR(y[size_t(j)], x[size_t(j)], 2e-6);
+      }
+    }
+  }
+}
+
+TEST(Nuq, KMeansFindsClustersAndFollowsWeights) {
+  std::vector<WeightedSample> s;
+  Rng rng(2);
+  for (int i = 0; i < 3000; ++i) s.push_back({float(-0.6 + 0.02 * rng.normal()), 1.0f});
+  for (int i = 0; i < 3000; ++i) s.push_back({float(0.5 + 0.02 * rng.normal()), 1.0f});
+  auto copy = s;
+  const auto two = weighted_kmeans_1d(copy, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_NEAR(two[0], -0.6, 0.005);
+  EXPECT_NEAR(two[1], 0.5, 0.005);
+  // Uniform data, one level: weight on the right half pulls it right.
+  std::vector<WeightedSample> u;
+  for (int i = 0; i <= 1000; ++i) u.push_back({float(i) / 1000.0f, i > 500 ? 3.0f : 1.0f});
+  auto uw = u;
+  for (auto& x : u) x.w = 1.0f;
+  const auto plain = weighted_kmeans_1d(u, 4), weighted = weighted_kmeans_1d(uw, 4);
+  for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(plain[j], (j + 0.5) / 4, 0.01);  // Lloyd on uniform: cell centers
+  EXPECT_GT(weighted[1], plain[1]);  // the heavier half gets more of the levels
+  EXPECT_EQ(level_midpoints(plain).size(), 3u);
+}
+
+TEST(Nuq, QNormMatchesMeanAndDeviation) {
+  std::vector<WeightedSample> s;
+  Rng rng(3);
+  for (int i = 0; i < 20000; ++i) s.push_back({float(0.1 + 0.3 * rng.normal()), 1.0f});
+  const std::vector<float> crude = {-0.5f, 0.0f, 0.2f, 0.9f};
+  const auto fixed = qnorm_levels(crude, s);
+  const auto mids = level_midpoints(fixed);
+  // Q-Norm is affine and increasing, so the codes are those of the crude levels.
+  double m = 0, q = 0;
+  const auto cm = level_midpoints(crude);
+  for (const auto& x : s) {
+    const double y = fixed[size_t(nearest_level(cm.data(), 3, x.x))];
+    m += y;
+    q += y * y;
+  }
+  m /= double(s.size());
+  const double sd = std::sqrt(q / double(s.size()) - m * m);
+  EXPECT_NEAR(m, 0.1, 0.01);
+  EXPECT_NEAR(sd, 0.3, 0.01);
+}
+
+// The key-channel sensitivity is the mean, over (query head, visible key) pairs, of the square of
+// the query turned back by the key's rotation: the collector's closed form against brute force.
+TEST(SampleCollector, KeyWeightsEqualBruteForce) {
+  const int d = 16, H = 1, QH = 2, n = 40, W = 9;
+  const LayerConfig cfg(H, d, 0, W, spec(RopeSpec::Style::kNeox, 100.0f));
+  SampleCollector col({cfg});
+  Rng rng(4);
+  std::vector<float> k(size_t(n) * d), v(k.size()), q(size_t(n) * QH * d);
+  for (auto* a : {&k, &v, &q}) {
+    for (auto& x : *a) x = float(rng.normal());
+  }
+  col.on_append(0, k.data(), v.data(), n, 0);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
+  col.on_attend(0, q.data(), n, QH, pos.data(), 0.25f);
+  const auto samples = col.take();
+  const RopeTable t(d, cfg.rope);
+  std::vector<double> want(size_t(d), 0.0);
+  double pairs = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < QH; ++h) {
+      for (int p = std::max(0, i - W + 1); p <= i; ++p) {
+        std::vector<float> r(q.begin() + (size_t(i) * QH + h) * d, q.begin() + (size_t(i) * QH + h + 1) * d);
+        t.rotate(r.data(), p, true);  // R(p)^T q
+        for (int c = 0; c < d; ++c) want[size_t(c)] += double(r[size_t(c)]) * r[size_t(c)];
+        pairs += 1;
+      }
+    }
+  }
+  ASSERT_EQ(samples.size(), 1u);
+  for (int c = 0; c < d; ++c) EXPECT_NEAR(samples[0].key_channel_weight[size_t(c)], want[size_t(c)] / pairs, 1e-4);
+  // Value weights: each query row's squared attention weights sum to at most 1.
+  double total = 0;
+  for (double w : samples[0].value_token_weight) total += w;
+  EXPECT_GT(total, 0.0);
+  EXPECT_LE(total, double(n) * QH + 1e-6);
+  // The keys are stored as they were before RoPE.
+  std::vector<float> back(k.begin() + 5 * d, k.begin() + 6 * d);
+  t.rotate(back.data(), 5, true);
+  for (int c = 0; c < d; ++c) EXPECT_NEAR(samples[0].keys[size_t(5 * d + c)], back[size_t(c)], 1e-6);
+}
+
+Calibration small_calibration() {
+  Calibration c;
+  c.spec = "kvquant:bits=2";
+  c.model = ModelIdentity{"m", "gemma3", 0x1234, 2, 1, 4};
+  c.source = "text";
+  c.tokens = 10;
+  for (int l = 0; l < 2; ++l) {
+    LayerCalibration lc;
+    lc.head_dim = 4;
+    lc.key_lo = {-1, -2, -3, -4};
+    lc.key_hi = {1, 2, 3, 4};
+    lc.key_levels = {-0.9f, -0.3f, 0.3f, 0.9f};
+    lc.value_levels = {-0.8f, -0.2f, 0.25f, 0.85f};
+    c.layers.push_back(lc);
+  }
+  return c;
+}
+
+TEST(CalibrationFile, RoundTripsAndRefusesBadFiles) {
+  const std::string path = ::testing::TempDir() + "/calib_test.vqcal";
+  const Calibration c = small_calibration();
+  save_calibration(path, c);
+  const Calibration r = load_calibration(path);
+  EXPECT_EQ(r.spec, c.spec);
+  EXPECT_EQ(r.model, c.model);
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[1].value_levels, c.layers[1].value_levels);
+  EXPECT_EQ(r.layers[0].key_hi, c.layers[0].key_hi);
+  // Any flipped byte is caught by the checksum.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (size_t at : {size_t(3), size_t(20), bytes.size() / 2, bytes.size() - 1}) {
+    std::string bad = bytes;
+    bad[at] = char(bad[at] ^ 0x10);
+    std::ofstream(path, std::ios::binary) << bad;
+    EXPECT_THROW(load_calibration(path), Error) << at;
+  }
+  // Values no calibration has are refused even under a good checksum.
+  for (int which = 0; which < 3; ++which) {
+    Calibration b = small_calibration();
+    if (which == 0) b.layers[0].key_levels = {0.5f, 0.1f, 0.2f, 0.3f};  // not ascending
+    if (which == 1) b.layers[1].key_lo[2] = NAN;
+    if (which == 2) b.layers.pop_back();  // fewer layers than the model
+    const auto payload = serialize_calibration(b);
+    EXPECT_THROW(parse_calibration(payload, "test"), Error) << which;
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace vq::kv

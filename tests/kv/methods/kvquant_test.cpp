@@ -1,0 +1,187 @@
+// KVQuant: fused paths equal the plain reference at every bit width, with and without outliers,
+// under RoPE; keys are stored before RoPE (the rotation comes back exactly); outliers are kept
+// exactly; bits per element follow the row layout; the codec refuses to run uncalibrated.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "src/kv/calib/calibrate.h"
+#include "src/kv/rope_table.h"
+#include "tests/kv/codec_harness.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
+
+namespace vq::kv::testing {
+namespace {
+
+RopeSpec neox() {
+  RopeSpec r;
+  r.style = RopeSpec::Style::kNeox;
+  return r;
+}
+
+// A method calibrated on outlier-heavy synthetic tokens (rotated by RoPE at their positions, as
+// a model's keys are) of one layer with one head.
+struct Calibrated {
+  Method method;
+  std::shared_ptr<const Calibration> calib;
+  CodecContext ctx(int layer_seed = 3) const { return CodecContext{calib->layers[0].head_dim, 0, uint64_t(layer_seed), neox(), &calib->layers[0]}; }
+};
+
+Calibrated calibrated(const std::string& spec, int d, RopeSpec rope = neox()) {
+  const Method m = parse_method(spec);
+  const int n = 512;
+  auto k = make_data(Data::kOutliers, n, d, 7), v = make_data(Data::kOutliers, n, d, 8);
+  const RopeTable table(d, rope);
+  for (int t = 0; t < n; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
+  const LayerConfig cfg(1, d, 0, 0, rope);
+  auto c = std::make_shared<Calibration>(
+      calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n, 0)}, ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
+  return {m.with_calibration(c), c};
+}
+
+TEST(Method_kvquant, FusedEqualsReference) {
+  for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4", "kvquant:outliers=0", "kvquant:bits=2,outliers=0.05"}) {
+    for (int d : {64, 100, 128, 256}) {
+      const Calibrated c = calibrated(spec, d);
+      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
+        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 1000 + uint64_t(d) + uint64_t(kind), 80);
+      }
+      check_block_bytes_match_formula(c.method, c.ctx());
+      check_single_token_encode(c.method, c.ctx());
+    }
+  }
+}
+
+TEST(Method_kvquant, BitsPerElementCountEverything) {
+  // d = 256, 3 bits, 1%: S = round(2.56) = 3 slots of fp16 + u8 index; keys add a count byte,
+  // values an fp16 scale and zero.
+  const Method m = parse_method("kvquant");
+  EXPECT_DOUBLE_EQ(m.keys().key_bits(256), (96.0 + 1 + 3 * 3) * 8 / 256);
+  EXPECT_DOUBLE_EQ(m.values().value_bits(256), (4.0 + 96 + 3 * 3) * 8 / 256);
+  EXPECT_DOUBLE_EQ(parse_method("kvquant:outliers=0").keys().key_bits(128), 3.0);
+  EXPECT_DOUBLE_EQ(parse_method("kvquant:bits=2,outliers=0").values().value_bits(128), 2.25);
+  EXPECT_EQ(m.sink_tokens(), 1);
+}
+
+TEST(Method_kvquant, RefusesWithoutCalibration) {
+  const Method m = parse_method("kvquant");
+  EXPECT_TRUE(m.needs_calibration());
+  EXPECT_THROW(m.keys().key_codec(CodecContext{128, 0, 1}), Error);
+  // A calibration made for another spec is refused.
+  const Calibrated c = calibrated("kvquant:bits=4", 64);
+  EXPECT_THROW(parse_method("kvquant:bits=3").with_calibration(c.calib), Error);
+  // One with the wrong number of levels for the spec (a hostile file) too.
+  EXPECT_THROW(parse_method("kvquant:bits=3").keys().key_codec(c.ctx()), Error);
+}
+
+// Keys go in after RoPE, are stored before it, and come back rotated to their position: the
+// round-trip error is the quantizer's, the same as with no rotation at all.
+double key_round_trip(RopeSpec rope, int64_t pos0, int64_t decode_pos0) {
+  const int d = 128;
+  const Calibrated c = calibrated("kvquant:bits=4,outliers=0", d, rope);
+  CodecContext ctx = c.ctx();
+  ctx.rope = rope;
+  const auto kc = c.method.keys().key_codec(ctx);
+  auto pre = make_data(Data::kOutliers, 64, d, 11);
+  auto x = pre;
+  const RopeTable table(d, rope);
+  for (int t = 0; t < 64; ++t) table.rotate(x.data() + size_t(t) * d, pos0 + t, false);
+  double num = 0, den = 0;
+  for (int b = 0; b < 4; ++b) {
+    std::vector<uint8_t> block(kc->block_bytes());
+    kc->encode(x.data() + size_t(b) * 16 * d, pos0 + 16 * b, block.data());
+    std::vector<float> y(size_t(16) * d);
+    kc->decode(block.data(), decode_pos0 + 16 * b, y.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      num += std::pow(double(x[size_t(b) * 16 * d + i]) - y[i], 2);
+      den += std::pow(double(x[size_t(b) * 16 * d + i]), 2);
+    }
+  }
+  return num / den;
+}
+
+TEST(Method_kvquant, PreRopeRoundTrip) {
+  const double plain = key_round_trip(RopeSpec{}, 0, 0);
+  const double rotated = key_round_trip(neox(), 4000, 4000);
+  EXPECT_LT(plain, 0.05);
+  EXPECT_NEAR(rotated / plain, 1.0, 0.05);
+  // Decoded at other positions, the keys come back turned by other angles.
+  EXPECT_GT(key_round_trip(neox(), 4000, 4001), 5 * plain);
+}
+
+// Dense-and-sparse: the values outside the thresholds come back exactly (to fp16).
+TEST(Method_kvquant, OutliersKeptExactly) {
+  const int d = 128;
+  RopeSpec none;
+  const Calibrated c = calibrated("kvquant:bits=2,outliers=0.02", d, none);
+  CodecContext ctx = c.ctx();
+  ctx.rope = none;
+  const auto kc = c.method.keys().key_codec(ctx);
+  const auto vc = c.method.values().value_codec(ctx);
+  auto x = make_data(Data::kGaussian, 16, d, 12);
+  x[5] = 300.0f;       // far outside channel 5's calibrated range
+  x[d + 9] = -250.0f;  // token 1, channel 9
+  std::vector<uint8_t> kb(kc->block_bytes()), vb(vc->block_bytes());
+  kc->encode(x.data(), 0, kb.data());
+  vc->encode(x.data(), 0, vb.data());
+  std::vector<float> ky(x.size()), vy(x.size());
+  kc->decode(kb.data(), 0, ky.data());
+  vc->decode(vb.data(), 0, vy.data());
+  EXPECT_EQ(ky[5], 300.0f);
+  EXPECT_EQ(ky[size_t(d) + 9], -250.0f);
+  EXPECT_EQ(vy[5], 300.0f);
+  EXPECT_EQ(vy[size_t(d) + 9], -250.0f);
+  // And the rest of those tokens is not ruined by them.
+  double err = 0, den = 0;
+  for (int j = 0; j < d; ++j) {
+    if (j == 5) continue;
+    err += std::pow(double(vy[size_t(j)]) - x[size_t(j)], 2);
+    den += double(x[size_t(j)]) * x[size_t(j)];
+  }
+  EXPECT_LT(err / den, 0.2);
+}
+
+// The paper's dense-and-sparse finding on outlier-heavy data: removing 1% of the values per
+// vector lowers the error of the rest.
+TEST(Method_kvquant, OutliersLowerTheError) {
+  const int d = 128;
+  const auto err = [&](const char* spec) {
+    const Calibrated c = calibrated(spec, d);
+    const auto vc = c.method.values().value_codec(c.ctx());
+    const auto x = make_data(Data::kOutliers, 256, d, 21);
+    const auto y = decode_run(*vc, encode_run(*vc, x, 0), 0);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      num += std::pow(double(x[i]) - y[i], 2);
+      den += double(x[i]) * x[i];
+    }
+    return num / den;
+  };
+  EXPECT_LT(err("kvquant:bits=3,outliers=0.01"), 0.5 * err("kvquant:bits=3,outliers=0"));
+}
+
+TEST(Method_kvquant, InCacheAttentionEqualsReference) {
+  const int d = 64, H = 2;
+  const Calibrated c = calibrated("kvquant", d);
+  const LayerConfig cfg(H, d, 0, 0, neox());
+  // A two-head layer shares the one-head calibration of layer 0.
+  LayerCache lc(c.method, cfg);
+  const int n = 300;
+  auto k = make_data(Data::kOutliers, size_t(n) * H, d, 31), v = make_data(Data::kGaussian, size_t(n) * H, d, 32);
+  lc.append(k.data(), v.data(), 100);
+  lc.append(k.data() + size_t(100) * H * d, v.data() + size_t(100) * H * d, n - 100);
+  const int QH = 4;
+  auto q = make_data(Data::kGaussian, size_t(QH), d, 33);
+  const int64_t pos = n - 1;
+  std::vector<float> out(q.size()), ref(q.size());
+  lc.attend(q.data(), 1, QH, &pos, 0.125f, out.data());
+  lc.attend_reference(q.data(), 1, QH, &pos, 0.125f, ref.data());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 1e-2));
+}
+
+}  // namespace
+}  // namespace vq::kv::testing

@@ -1,0 +1,80 @@
+// `veloxquant calibrate`: runs the model with an fp16 cache over chunks of calibration text,
+// records each layer's keys (turned back to before RoPE), values, and what errors in them cost
+// attention (src/kv/calib/calibrate.h), lets the method learn from them, and writes the result
+// as a checked calibration file bound to the spec and to the model.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "src/core/threads.h"
+#include "src/engine/session.h"
+#include "src/kv/calib/calibrate.h"
+#include "tools/veloxquant/calibration_args.h"
+#include "tools/veloxquant/commands.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/calibration.h"
+
+namespace vq::cli {
+
+Runner add_calibrate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("calibrate", "Learn a method's calibration (e.g. KVQuant's datatypes) from a model on text");
+  struct Opts {
+    std::string model, file, kv, out, part = "first-half";
+    int64_t ctx = 1024;
+    int chunks = 8, threads = 2;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  cmd->add_option("-f,--file", o->file, "Calibration text")->required();
+  cmd->add_option("--kv", o->kv, "Method spec to calibrate (e.g. kvquant:bits=3)")->required();
+  cmd->add_option("-o,--output", o->out, "Calibration file to write")->required();
+  add_part_option(cmd, &o->part);
+  cmd->add_option("-c,--ctx", o->ctx, "Tokens per chunk")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--chunks", o->chunks, "Chunks of text to run")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->callback([o]() {
+    VQ_CHECK(kv::parse_method(o->kv).needs_calibration(),
+             fmt::format("'{}' learns nothing from calibration", kv::parse_method(o->kv).spec()));
+  });
+  return [o]() {
+    set_num_threads(o->threads);
+    const kv::Method method = kv::parse_method(o->kv);
+    const auto model = engine::Model::load(o->model);
+    VQ_CHECK(o->ctx <= model->config().n_ctx_train,
+             fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
+    const auto& tok = model->tokenizer();
+    const std::vector<int32_t> tokens = tok.encode(read_text_part(o->file, o->part));
+    const int64_t n_chunks = std::min<int64_t>(o->chunks, int64_t(tokens.size()) / o->ctx);
+    VQ_CHECK(n_chunks > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), o->ctx));
+
+    kv::SampleCollector collector(model->cache_layout());
+    engine::Session session(*model, kv::parse_method("fp16"), o->ctx);
+    session.set_observer(&collector);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      std::vector<int32_t> chunk(tokens.begin() + c * o->ctx, tokens.begin() + (c + 1) * o->ctx);
+      if (tok.add_bos() && tok.bos() >= 0) chunk[0] = tok.bos();
+      session.clear();
+      session.feed_select(chunk, std::vector<uint8_t>(chunk.size(), 0), nullptr);
+      fmt::print(stderr, "\r[{}/{}] chunks run ({:.0f} s)   ", c + 1, n_chunks,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    fmt::print(stderr, "\nlearning {}...\n", method.spec());
+    const std::string source = fmt::format("{} ({}), {} chunks of {} tokens", o->file, o->part, n_chunks, o->ctx);
+    const kv::Calibration calib = kv::calibrate(method, collector.take(), model->identity(), source);
+    kv::save_calibration(o->out, calib);
+    fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), source);
+    const auto levels = [](const std::vector<float>& v) {
+      std::string s;
+      for (float x : v) s += fmt::format("{}{:+.3f}", s.empty() ? "" : " ", x);
+      return s;
+    };
+    for (size_t l = 0; l < calib.layers.size(); ++l) {
+      fmt::print("layer {:2}  key levels [{}]  value levels [{}]\n", l, levels(calib.layers[l].key_levels),
+                 levels(calib.layers[l].value_levels));
+    }
+    return 0;
+  };
+}
+
+}  // namespace vq::cli
