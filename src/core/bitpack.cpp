@@ -99,13 +99,32 @@ void pack_words(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
   }
 }
 
-void unpack_words(const uint8_t* packed, size_t n, int bits, uint8_t* codes) {
-  const uint64_t mask = (1u << bits) - 1;
+// The whole groups with `bits` known at compile time: the 8-byte load and the shifts inline
+// (a memcpy of a run-time length is a library call per group).
+template <int kBits>
+size_t unpack_groups(const uint8_t* packed, size_t n, uint8_t* codes) {
+  constexpr uint64_t kMask = (1u << kBits) - 1;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t w = 0;
-    std::memcpy(&w, packed + i / 8 * bits, size_t(bits));
-    for (int k = 0; k < 8; ++k) codes[i + k] = uint8_t((w >> (k * bits)) & mask);
+    std::memcpy(&w, packed + i / 8 * kBits, size_t(kBits));
+    for (int k = 0; k < 8; ++k) codes[i + k] = uint8_t((w >> (k * kBits)) & kMask);
+  }
+  return i;
+}
+
+void unpack_words(const uint8_t* packed, size_t n, int bits, uint8_t* codes) {
+  const uint64_t mask = (1u << bits) - 1;
+  size_t i = 0;
+  switch (bits) {
+    case 1: i = unpack_groups<1>(packed, n, codes); break;
+    case 2: i = unpack_groups<2>(packed, n, codes); break;
+    case 3: i = unpack_groups<3>(packed, n, codes); break;
+    case 4: i = unpack_groups<4>(packed, n, codes); break;
+    case 5: i = unpack_groups<5>(packed, n, codes); break;
+    case 6: i = unpack_groups<6>(packed, n, codes); break;
+    case 7: i = unpack_groups<7>(packed, n, codes); break;
+    default: i = unpack_groups<8>(packed, n, codes); break;
   }
   if (i < n) {
     uint64_t w = 0;

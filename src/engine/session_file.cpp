@@ -12,7 +12,7 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the cache names its calibration
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

@@ -10,6 +10,7 @@
 #include "src/core/fp16.h"
 #include "src/kv/stream.h"
 #include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
 
 namespace vq::kv {
 
@@ -108,8 +109,16 @@ void LayerCache::load(ByteReader& r) {
   n_tokens_ = n;
 }
 
+namespace {
+// Codes stored under one calibration mean nothing under another: a saved cache names its own.
+uint32_t calibration_fingerprint(const Method& m) {
+  return m.calibration() ? calibration_crc32(*m.calibration()) : 0;
+}
+}  // namespace
+
 void KvCache::save(ByteWriter& w) const {
   w.str(method_.spec());
+  w.u32(calibration_fingerprint(method_));
   w.i64(int64_t(layers_.size()));
   for (const auto& l : layers_) l.save(w);
 }
@@ -117,6 +126,10 @@ void KvCache::save(ByteWriter& w) const {
 void KvCache::load(ByteReader& r) {
   const std::string spec = r.str("method", 4096);
   r.check(spec == method_.spec(), "method", fmt::format("'{}' in the file, '{}' requested", spec, method_.spec()));
+  const uint32_t calib = r.u32("calibration");
+  r.check(calib == calibration_fingerprint(method_), "calibration",
+          fmt::format("the cache was stored under calibration {:08x}, this run has {:08x}", calib,
+                      calibration_fingerprint(method_)));
   const int64_t n = r.i64("layer count");
   r.check(n == int64_t(layers_.size()), "layer count", fmt::format("{} in the file, {} in the model", n, layers_.size()));
   for (auto& l : layers_) l.load(r);

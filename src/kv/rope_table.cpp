@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "src/kv/lut_kernels.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {
@@ -57,11 +58,7 @@ void RopeTable::angles(int64_t pos, float* cs, float* sn) const {
   }
   const float* hi = seg.data();
   const float* lo = low_.data() + size_t(pos % kLow) * 2 * half_;
-  for (int i = 0; i < half_; ++i) {
-    const float ch = hi[i], sh = hi[half_ + i], cl = lo[i], sl = lo[half_ + i];
-    cs[i] = ch * cl - sh * sl;
-    sn[i] = sh * cl + ch * sl;
-  }
+  compose_angles(hi, hi + half_, lo, lo + half_, half_, cs, sn);
 }
 
 void RopeTable::rotate(float* x, int64_t pos, bool inverse) const {
@@ -69,9 +66,13 @@ void RopeTable::rotate(float* x, int64_t pos, bool inverse) const {
   float cs[2048], sn[2048];
   VQ_CHECK(half_ <= 2048, "RoPE: head size above 4096");
   angles(pos, cs, sn);
+  if (spec_.style == RopeSpec::Style::kNeox) {
+    rotate_pairs(x, x + half_, half_, cs, sn, inverse ? -1.0f : 1.0f);
+    return;
+  }
   for (int i = 0; i < half_; ++i) {
     const int a = first(i), b = second(i);
-    const float s = inverse ? -sn[i] : sn[i];
+    const float s = (inverse ? -1.0f : 1.0f) * sn[i];
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * cs[i] - x1 * s;
     x[b] = x0 * s + x1 * cs[i];

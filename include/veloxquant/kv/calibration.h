@@ -58,5 +58,7 @@ Calibration load_calibration(const std::string& path);
 // The checked payload of a calibration file, parsed and validated (`what` names it in errors).
 Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::string& what);
 std::vector<uint8_t> serialize_calibration(const Calibration& c);
+// CRC-32 of the serialized calibration: which calibration a saved cache was stored under.
+uint32_t calibration_crc32(const Calibration& c);
 
 }  // namespace vq::kv

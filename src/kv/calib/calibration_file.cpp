@@ -7,6 +7,8 @@
 #include <bit>
 #include <cmath>
 
+#include <zlib.h>
+
 #include "src/core/byte_io.h"
 #include "src/core/checked_file.h"
 #include "veloxquant/error.h"
@@ -100,6 +102,11 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
   }
   r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));
   return c;
+}
+
+uint32_t calibration_crc32(const Calibration& c) {
+  const std::vector<uint8_t> bytes = serialize_calibration(c);
+  return uint32_t(crc32(crc32(0L, Z_NULL, 0), bytes.data(), uInt(bytes.size())));
 }
 
 void save_calibration(const std::string& path, const Calibration& c) {

@@ -32,7 +32,7 @@
 //   heads of a layer). Gemma 3 270M has one KV head, so there it is exactly the paper's.
 //
 // Row layouts (16 tokens per block, a row per token):
-//   key:   codes (ceil(d*B/8) bytes) | count (1) | S fp16 values | S channel indices (1 or 2 bytes)
+//   key:   codes (B bit planes of ceil(d/8) bytes) | count (1) | S fp16 values | S channel indices (1 or 2 bytes)
 //   value: fp16 scale | fp16 zero | codes | S fp16 values | S channel indices
 // Bits per element are 8 * row bytes / d: everything stored per token counts. The per-layer
 // ranges, levels and the RoPE table are the codec's parameter bytes.
@@ -44,10 +44,10 @@
 #include <numeric>
 #include <vector>
 
-#include "src/core/bitpack.h"
 #include "src/core/fp16.h"
 #include "src/kv/calib/nuq.h"
 #include "src/kv/f16_kernels.h"
+#include "src/kv/lut_kernels.h"
 #include "src/kv/registry.h"
 #include "src/kv/rope_table.h"
 #include "veloxquant/error.h"
@@ -71,7 +71,7 @@ int outlier_slots(double outliers, int d) {
   return std::clamp(int(std::lround(outliers * d)), 1, d / 2);
 }
 int index_bytes(int d) { return d <= 256 ? 1 : 2; }
-size_t code_bytes(int d, int bits) { return packed_bytes(size_t(d), bits); }
+size_t code_bytes(int d, int bits) { return size_t(bits) * plane_bytes(d); }  // bit planes
 size_t key_row_bytes(int d, const Settings& s) {
   const int S = outlier_slots(s.outliers, d);
   return code_bytes(d, s.bits) + (S > 0 ? 1 + size_t(S) * (2 + index_bytes(d)) : 0);
@@ -183,7 +183,7 @@ class KvqKeyCodec final : public KeyCodec {
       codes[size_t(c)] = type_.code(u);
       if (S_ > 0 && std::fabs(x - m) > h) out.emplace_back(h > 0.0f ? (std::fabs(x - m) - h) / h : INFINITY, c);
     }
-    pack_bits(codes.data(), size_t(d_), s_.bits, row);
+    pack_planes(codes.data(), d_, s_.bits, row);
     if (S_ == 0) return;
     // The S farthest out (ties: lower channel first), stored in channel order.
     std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -227,10 +227,7 @@ class KvqKeyCodec final : public KeyCodec {
   Sparse sparse(uint8_t* row) const { return {row + cb_ + 1, row + cb_ + 1 + 2 * S_}; }
 
   void decode_row(const uint8_t* row, int64_t pos, float* x) const {
-    uint8_t codes[kMaxHeadDim];
-    unpack_bits(row, size_t(d_), s_.bits, codes);
-    const float* L = type_.levels.data();
-    for (int c = 0; c < d_; ++c) x[c] = mid_[size_t(c)] + half_[size_t(c)] * L[codes[c]];
+    lut_affine_planes_channels(row, d_, s_.bits, type_.levels.data(), mid_.data(), half_.data(), x);
     if (S_ > 0) {
       const int n = std::min<int>(row[cb_], S_);
       const uint8_t* vals = row + cb_ + 1;
@@ -277,7 +274,7 @@ class KvqValueCodec final : public ValueCodec {
     put_u16(row + 2, hz);
     std::vector<uint8_t> codes(static_cast<size_t>(d_));
     for (int c = 0; c < d_; ++c) codes[size_t(c)] = type_.code(scale > 0.0f ? (x[c] - zero) / scale : 0.0f);
-    pack_bits(codes.data(), size_t(d_), s_.bits, row + 4);
+    pack_planes(codes.data(), d_, s_.bits, row + 4);
     if (S_ == 0) return;
     std::vector<int> outl;
     for (int j = 0; j < sp.n_low; ++j) outl.push_back(order[size_t(j)]);
@@ -317,10 +314,7 @@ class KvqValueCodec final : public ValueCodec {
  private:
   void decode_row(const uint8_t* row, float* x) const {
     const float scale = f16_to_f32(get_u16(row)), zero = f16_to_f32(get_u16(row + 2));
-    uint8_t codes[kMaxHeadDim];
-    unpack_bits(row + 4, size_t(d_), s_.bits, codes);
-    const float* L = type_.levels.data();
-    for (int c = 0; c < d_; ++c) x[c] = zero + scale * L[codes[c]];
+    lut_affine_planes(row + 4, d_, s_.bits, type_.levels.data(), zero, scale, x);
     const uint8_t* vals = row + 4 + cb_;
     const uint8_t* idx = vals + 2 * S_;
     for (int i = 0; i < S_; ++i) {

@@ -1,0 +1,37 @@
+// Vector kernels for codecs that dequantize through a small table of levels and apply RoPE while
+// they read (KVQuant): a table lookup with an affine map, and the pairwise rotation. Each
+// computes exactly what its plain expression does (multiplies and adds kept apart, no fused
+// multiply-add), so every SIMD target and the scalar fallback give the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace vq::kv {
+
+// Codes stored as bit planes: plane j (ceil(n/8) bytes) holds bit j of every code, channel c at
+// bit c % 8 of byte c / 8. A vector of codes comes out of `bits` mask loads, with no shifting
+// across byte boundaries.
+inline size_t plane_bytes(int n) { return size_t(n + 7) / 8; }
+void pack_planes(const uint8_t* codes, int n, int bits, uint8_t* out);
+inline int plane_code(const uint8_t* planes, int n, int bits, int c) {
+  int code = 0;
+  for (int j = 0; j < bits; ++j) code |= ((planes[size_t(j) * plane_bytes(n) + size_t(c / 8)] >> (c % 8)) & 1) << j;
+  return code;
+}
+// out[c] = base[c] + scale[c] * levels[code c], codes as bit planes (n_levels = 2^bits <= 16)
+void lut_affine_planes_channels(const uint8_t* planes, int n, int bits, const float* levels, const float* base,
+                                const float* scale, float* out);
+// out[c] = zero + scale * levels[code c]
+void lut_affine_planes(const uint8_t* planes, int n, int bits, const float* levels, float zero, float scale, float* out);
+
+// out[c] = base[c] + scale[c] * levels[codes[c]]  (codes < n_levels <= 16)
+void lut_affine_channels(const uint8_t* codes, int n, const float* levels, int n_levels, const float* base,
+                         const float* scale, float* out);
+// out[c] = zero + scale * levels[codes[c]]
+void lut_affine(const uint8_t* codes, int n, const float* levels, int n_levels, float zero, float scale, float* out);
+// cs[i] = hc[i] * lc[i] - hs[i] * ls[i];  sn[i] = hs[i] * lc[i] + hc[i] * ls[i]
+void compose_angles(const float* hc, const float* hs, const float* lc, const float* ls, int n, float* cs, float* sn);
+// (a[i], b[i]) <- (a[i] * cs[i] - b[i] * s[i], a[i] * s[i] + b[i] * cs[i]) with s = sign * sn
+void rotate_pairs(float* a, float* b, int n, const float* cs, const float* sn, float sign);
+
+}  // namespace vq::kv
