@@ -4,8 +4,12 @@ bench, attn-bench and fidelity, stores each tool's JSON with a stamp (machine, c
 command, duration) in results/, and renders docs/RESULTS.md and docs/figures/*.png from those
 files alone, so the document is never typed and rendering the same JSON gives the same bytes.
 
-    report.py run [--quick]    run the matrix (quick: under 15 minutes on 2 cores), then render
+    report.py run [--quick] [--only STEP ...]   run the matrix (quick: under 15 minutes on 2 cores), then render
     report.py render [--out D]  only render, from results/*.json (into D instead of docs/)
+
+Methods that learn from data (KVQuant) are calibrated first, on the first half of the text
+(results/calib/, not committed: the run remakes them); perplexity is measured on the second half,
+so no method is evaluated on text its calibration saw.
 """
 import argparse
 import datetime
@@ -26,17 +30,23 @@ FIGURES = os.path.join(ROOT, "docs", "figures")
 
 KIVI = ["kivi:kbits=2,vbits=2", "kivi:kbits=3,vbits=3", "kivi:kbits=4,vbits=4"]
 BASELINES = ["fp16", "q8", "q4", "q4:rot=1"]
+KVQUANT = ["kvquant:bits=2,outliers=0", "kvquant:bits=2", "kvquant:bits=3,outliers=0", "kvquant:bits=3",
+           "kvquant:bits=4,outliers=0", "kvquant:bits=4", "kvquant:bits=3,weighted=0"]
+CALIB = os.path.join("results", "calib")
 
 MATRIX = {
     "quick": {
-        "perplexity": {"ctx": 512, "chunks": 4, "specs": BASELINES + KIVI + ["kivi:kaxis=token"]},
+        "calibrate": {"ctx": 512, "chunks": 4, "specs": ["kvquant:bits=2", "kvquant:bits=3"]},
+        "perplexity": {"ctx": 512, "chunks": 4,
+                       "specs": BASELINES + KIVI + ["kivi:kaxis=token", "kvquant:bits=2", "kvquant:bits=3"]},
         "passkey": {"ctx": "1024,2048", "trials": 4, "specs": ["fp16", "q4:rot=1", "kivi"]},
         "bench": {"prompt": 256, "n": 16, "depths": "0,2048", "reps": 2, "specs": ["fp16", "q8", "q4", "kivi"]},
         "attn_bench": {"ctx": 8192, "layers": 8, "rounds": 3, "iters": 2},
         "fidelity": {"tokens": 512, "queries": 16, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
     },
     "full": {
-        "perplexity": {"ctx": 2048, "chunks": 10, "specs": BASELINES + KIVI + ["kivi:kaxis=token"]},
+        "calibrate": {"ctx": 1024, "chunks": 8, "specs": KVQUANT},
+        "perplexity": {"ctx": 2048, "chunks": 10, "specs": BASELINES + KIVI + ["kivi:kaxis=token"] + KVQUANT},
         "passkey": {"ctx": "1024,4096,8192", "trials": 10, "specs": ["fp16", "q8", "q4:rot=1", "kivi"]},
         "bench": {"prompt": 512, "n": 32, "depths": "0,4096,16384,32000", "reps": 3,
                   "specs": ["fp16", "q8", "q4", "q4:rot=1", "kivi"]},
@@ -92,30 +102,59 @@ def save(name, obj):
         f.write("\n")
 
 
-def run(mode):
+def calib_path(spec):
+    return os.path.join(CALIB, spec.replace(":", "_").replace(",", "_").replace("=", "-") + ".vqcal")
+
+
+STEPS = ["calibrate", "perplexity", "passkey", "bench", "attn_bench", "fidelity"]
+
+
+def run(mode, only):
     m = MATRIX[mode]
     t0 = time.time()
+    steps = only or STEPS
+    c = m["calibrate"]
+    if "calibrate" in steps:
+        os.makedirs(os.path.join(ROOT, CALIB), exist_ok=True)
+        for s in c["specs"]:  # writes the file; prints a table, not JSON
+            cmd = ["build/tools/veloxquant/veloxquant", "calibrate", "-m", MODEL, "-f", TEXT, "--part", "first-half",
+                   "--kv", s, "-o", calib_path(s), "-c", str(c["ctx"]), "--chunks", str(c["chunks"])]
+            t = time.time()
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.exit("report: failed: %s\n%s" % (" ".join(cmd), proc.stderr.strip()[-2000:]))
+            print("report: %5.0f s  %s" % (time.time() - t, " ".join(cmd)), flush=True)
+    calibs = sum((["--calib", calib_path(s)] for s in c["specs"]), [])
     p = m["perplexity"]
-    save("perplexity", {"mode": mode, "runs": [
-        run_tool(["perplexity", "-m", MODEL, "-f", TEXT, "-c", str(p["ctx"]), "--chunks", str(p["chunks"]), "--kv", s])
-        for s in p["specs"]]})
+    if "perplexity" in steps:
+        # One invocation: a single fp16 pass per chunk serves every method's KL.
+        kvs = sum((["--kv", s] for s in p["specs"]), [])
+        out = run_tool(["perplexity", "-m", MODEL, "-f", TEXT, "--part", "second-half", "-c", str(p["ctx"]),
+                        "--chunks", str(p["chunks"])] + kvs + calibs)
+        save("perplexity", {"mode": mode, "runs": [{"stamp": out["stamp"], "data": r} for r in out["data"]["runs"]]})
     k = m["passkey"]
-    save("passkey", {"mode": mode, "runs": [
-        run_tool(["passkey", "-m", MODEL, "--ctx", k["ctx"], "--trials", str(k["trials"]), "--seed", "1", "--kv", s])
-        for s in k["specs"]]})
+    if "passkey" in steps:
+        save("passkey", {"mode": mode, "runs": [
+            run_tool(["passkey", "-m", MODEL, "--ctx", k["ctx"], "--trials", str(k["trials"]), "--seed", "1", "--kv", s])
+            for s in k["specs"]]})
     b = m["bench"]
-    kvs = sum((["--kv", s] for s in b["specs"]), [])
-    save("bench", {"mode": mode, "runs": [run_tool(
-        ["bench", "-m", MODEL, "-f", TEXT, "-p", str(b["prompt"]), "-n", str(b["n"]), "--depths", b["depths"],
-         "--reps", str(b["reps"])] + kvs)]})
+    if "bench" in steps:
+        kvs = sum((["--kv", s] for s in b["specs"]), [])
+        save("bench", {"mode": mode, "runs": [run_tool(
+            ["bench", "-m", MODEL, "-f", TEXT, "-p", str(b["prompt"]), "-n", str(b["n"]), "--depths", b["depths"],
+             "--reps", str(b["reps"])] + kvs)]})
     a = m["attn_bench"]
-    save("attn_bench", {"mode": mode, "runs": [run_tool(
-        ["attn-bench", "--q-heads", "32", "--kv-heads", "8", "--head-dim", "128", "--ctx", str(a["ctx"]),
-         "--layers", str(a["layers"]), "--rounds", str(a["rounds"]), "--iters", str(a["iters"]), "--threads", "2"])]})
+    if "attn_bench" in steps:
+        save("attn_bench", {"mode": mode, "runs": [run_tool(
+            ["attn-bench", "--q-heads", "32", "--kv-heads", "8", "--head-dim", "128", "--ctx", str(a["ctx"]),
+             "--layers", str(a["layers"]), "--rounds", str(a["rounds"]), "--iters", str(a["iters"]), "--threads", "2"])]})
     f = m["fidelity"]
-    kvs = sum((["--kv", s] for s in f["specs"]), [])
-    save("fidelity", {"mode": mode, "runs": [run_tool(
-        ["fidelity", "-m", MODEL, "-f", TEXT, "--tokens", str(f["tokens"]), "--queries", str(f["queries"])] + kvs)]})
+    if "fidelity" in steps:
+        kvs = sum((["--kv", s] for s in f["specs"]), [])
+        save("fidelity", {"mode": mode, "runs": [run_tool(
+            ["fidelity", "-m", MODEL, "-f", TEXT, "--tokens", str(f["tokens"]), "--queries", str(f["queries"])] + kvs)]})
+    if only:
+        return
     save("run", {"mode": mode, "duration_s": round(time.time() - t0, 1), "commit": commit(), "machine": machine()})
 
 
@@ -345,11 +384,12 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--quick", action="store_true")
+    r.add_argument("--only", nargs="+", choices=STEPS, help="run only these steps (others keep their results)")
     rd = sub.add_parser("render")
     rd.add_argument("--out", help="write RESULTS.md and figures/ here instead of docs/")
     a = ap.parse_args()
     if a.cmd == "run":
-        run("quick" if a.quick else "full")
+        run("quick" if a.quick else "full", a.only)
     elif a.out:
         global DOC, FIGURES
         DOC, FIGURES = os.path.join(a.out, "RESULTS.md"), os.path.join(a.out, "figures")
