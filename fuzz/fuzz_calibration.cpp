@@ -60,7 +60,7 @@ void exercise(std::shared_ptr<vq::kv::Calibration> c) {
   std::vector<vq::kv::LayerConfig> layout;
   for (int l = 0; l < int(c->layers.size()) && l < 3; ++l) layout.emplace_back(1, d, l, l == 1 ? 8 : 0, neox());
   vq::kv::KvCache cache(m, layout);
-  std::vector<float> x(size_t(d)), q(size_t(2) * d, 0.25f), out(q.size());
+  std::vector<float> x(static_cast<size_t>(d)), q(size_t(2) * d, 0.25f), out(q.size());
   for (int t = 0; t < 20; ++t) {
     for (int j = 0; j < d; ++j) x[size_t(j)] = float((t * 13 + j * 5) % 11) - 5.0f + (j == 1 ? 300.0f : 0.0f);
     for (size_t l = 0; l < cache.n_layers(); ++l) {

@@ -18,6 +18,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &q4_method(),
       &kivi_method(),
       &kvquant_method(),
+      &turbo_method(),
   };
   return methods;
 }

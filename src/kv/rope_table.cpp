@@ -11,7 +11,7 @@
 namespace vq::kv {
 
 namespace {
-constexpr int kLow = 256;
+constexpr int kLow = RopeTable::kSegment;
 uint64_t next_serial() {
   static std::atomic<uint64_t> n{0};
   return ++n;
@@ -37,27 +37,44 @@ RopeTable::RopeTable(int head_dim, RopeSpec spec)
   }
 }
 
-void RopeTable::angles(int64_t pos, float* cs, float* sn) const {
-  VQ_CHECK(pos >= 0, "RoPE: negative position");
-  // Runs of positions share a segment: remember the last one per thread (tables are told
-  // apart by a serial number, never by address, which a later table may reuse).
-  thread_local uint64_t last_table = 0;
-  thread_local int64_t last_a = -1;
-  thread_local std::vector<float> seg;
-  const int64_t a = pos / kLow;
-  if (last_table != serial_ || last_a != a) {
-    seg.resize(size_t(2 * half_));
+const float* RopeTable::segment(int64_t a) const {
+  VQ_CHECK(a >= 0 && a < (int64_t(1) << 32) / kLow, "RoPE: position out of range");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (size_t(a) >= segments_.size()) segments_.resize(size_t(a) + 1);
+  auto& seg = segments_[size_t(a)];
+  if (!seg) {
+    seg.reset(new float[size_t(2 * half_)]);
     for (int i = 0; i < half_; ++i) {
       // fmod keeps the argument small, so cos and sin stay exact for large positions.
       const double angle = std::fmod(double(a) * kLow * theta_[size_t(i)], 2.0 * M_PI);
       seg[size_t(i)] = float(std::cos(angle));
       seg[size_t(half_ + i)] = float(std::sin(angle));
     }
+    ++n_segments_;
+  }
+  return seg.get();
+}
+
+size_t RopeTable::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (low_.size() + n_segments_ * 2 * size_t(half_)) * sizeof(float) + segments_.capacity() * sizeof(void*);
+}
+
+void RopeTable::angles(int64_t pos, float* cs, float* sn) const {
+  VQ_CHECK(pos >= 0, "RoPE: negative position");
+  // Runs of positions share a segment: remember the last one per thread (tables are told
+  // apart by a serial number, never by address, which a later table may reuse).
+  thread_local uint64_t last_table = 0;
+  thread_local int64_t last_a = -1;
+  thread_local const float* seg = nullptr;
+  const int64_t a = pos / kLow;
+  if (last_table != serial_ || last_a != a) {
+    seg = segment(a);
     last_table = serial_;
     last_a = a;
   }
-  const float* hi = seg.data();
-  const float* lo = low_.data() + size_t(pos % kLow) * 2 * half_;
+  const float* hi = seg;
+  const float* lo = low(int(pos % kLow));
   compose_angles(hi, hi + half_, lo, lo + half_, half_, cs, sn);
 }
 
@@ -66,6 +83,11 @@ void RopeTable::rotate(float* x, int64_t pos, bool inverse) const {
   float cs[2048], sn[2048];
   VQ_CHECK(half_ <= 2048, "RoPE: head size above 4096");
   angles(pos, cs, sn);
+  rotate_by(x, cs, sn, inverse);
+}
+
+void RopeTable::rotate_by(float* x, const float* cs, const float* sn, bool inverse) const {
+  if (identity()) return;
   if (spec_.style == RopeSpec::Style::kNeox) {
     rotate_pairs(x, x + half_, half_, cs, sn, inverse ? -1.0f : 1.0f);
     return;

@@ -4,13 +4,16 @@
 //
 // The angle of pair i at position p is p * theta_i, theta_i = freq_scale * base^(-2i/d). Its cos
 // and sin come from two parts, p = 256 a + b: a table of exact (double, rounded) values for
-// b < 256 built once, and exact values for 256 a computed when a run of positions enters a new
-// segment of 256 (remembered per thread, so a scan in position order pays 1/256 of a sin and cos
-// per pair and token); one complex multiplication in float joins them. The result differs from
-// the model's own angle (ggml builds it in float) by about 1e-7 relative.
+// b < 256 built once, and exact values for 256 a made the first time segment a is used and kept
+// (d floats per 256 positions, counted in bytes()); one complex multiplication in float joins
+// them. The result differs from the model's own angle (ggml builds it in float) by about 1e-7
+// relative. A scorer can also split the rotation: R(p) = R(256 a) R(b), the first applied to the
+// query once per segment, the second to each key straight from the table.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "veloxquant/kv/codec.h"
@@ -30,7 +33,15 @@ class RopeTable {
   void angles(int64_t pos, float* cs, float* sn) const;
   // x (head_dim floats) rotated to position pos, or back from it (inverse).
   void rotate(float* x, int64_t pos, bool inverse) const;
-  size_t bytes() const { return low_.size() * sizeof(float); }
+  // x rotated by the given angles (cos, sin per pair), or back.
+  void rotate_by(float* x, const float* cs, const float* sn, bool inverse) const;
+
+  static constexpr int kSegment = 256;
+  // cos then sin (pairs() floats each) of 256 a theta_i, and of b theta_i for b < 256.
+  const float* segment(int64_t a) const;
+  const float* low(int b) const { return low_.data() + size_t(b) * 2 * half_; }
+  // Bytes held: the low table and the segments made so far.
+  size_t bytes() const;
 
  private:
 
@@ -39,6 +50,9 @@ class RopeTable {
   uint64_t serial_;
   std::vector<double> theta_;
   std::vector<float> low_;  // [256][cos half_, sin half_]
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<float[]>> segments_;  // by a; arrays never move
+  mutable size_t n_segments_ = 0;
 };
 
 }  // namespace vq::kv

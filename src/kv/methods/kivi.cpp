@@ -28,47 +28,18 @@
 #include "src/core/bitpack.h"
 #include "src/core/fp16.h"
 #include "src/kv/f16_kernels.h"
+#include "src/kv/methods/kivi_lanes.h"
+#include "src/kv/methods/kivi_quant.h"
 #include "src/kv/registry.h"
 #include "src/kv/vector_ops.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {
 namespace {
-
-struct GroupParams {
-  float scale, zero;
-};
-
-// Min/max quantization of n values at stride `stride`; writes fp16 scale and zero, and codes.
-GroupParams quantize_group(const float* x, int n, size_t stride, int bits, uint8_t* codes, size_t code_stride) {
-  float lo = x[0], hi = x[0];
-  for (int i = 1; i < n; ++i) {
-    lo = std::min(lo, x[size_t(i) * stride]);
-    hi = std::max(hi, x[size_t(i) * stride]);
-  }
-  const int levels = (1 << bits) - 1;
-  // Stored in fp16; the codes are chosen against the stored values so decoding is exact to them.
-  const float s = f16_to_f32(f32_to_f16((hi - lo) / float(levels)));
-  const float z = f16_to_f32(f32_to_f16(lo));
-  for (int i = 0; i < n; ++i) {
-    const float v = x[size_t(i) * stride];
-    const int c = s > 0.0f ? int(std::nearbyint((v - z) / s)) : 0;
-    codes[size_t(i) * code_stride] = uint8_t(std::clamp(c, 0, levels));
-  }
-  return {s, z};
-}
-
-void put_params(uint8_t* p, GroupParams g) {
-  const uint16_t s = f32_to_f16(g.scale), z = f32_to_f16(g.zero);
-  std::memcpy(p, &s, 2);
-  std::memcpy(p + 2, &z, 2);
-}
-GroupParams get_params(const uint8_t* p) {
-  uint16_t s, z;
-  std::memcpy(&s, p, 2);
-  std::memcpy(&z, p + 2, 2);
-  return {f16_to_f32(s), f16_to_f32(z)};
-}
+using kivi::GroupParams;
+using kivi::get_params;
+using kivi::put_params;
+using kivi::quantize_group;
 
 // Keys per channel, a block of R tokens: [ceil(R/G) token groups x d channels x (scale, zero)]
 // then R rows of d packed codes.
@@ -248,10 +219,16 @@ class KiviMethod final : public MethodImpl {
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
     if (per_token_keys_) return std::make_unique<KiviTokenKeyCodec>(ctx.head_dim, kbits_, group_);
+    const int G = std::min(group_, key_block());
+    if (kivi_lanes_keys_apply(ctx.head_dim, kbits_, G, key_block())) {
+      return make_kivi_lanes_key_codec(ctx.head_dim, kbits_, G, key_block());
+    }
     return std::make_unique<KiviChannelKeyCodec>(ctx.head_dim, kbits_, group_, key_block());
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
+    const int G = std::min(group_, ctx.head_dim);
+    if (kivi_lanes_values_apply(ctx.head_dim, vbits_, G)) return make_kivi_lanes_value_codec(ctx.head_dim, vbits_, G);
     return std::make_unique<KiviValueCodec>(ctx.head_dim, vbits_, group_);
   }
   double key_bits(int d) const override {

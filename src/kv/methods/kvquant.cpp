@@ -205,21 +205,38 @@ class KvqKeyCodec final : public KeyCodec {
   size_t query_state_floats() const override { return size_t(d_); }
   void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
 
-  // Each token of the range is dequantized (levels, ranges, outliers) and rotated to its position
-  // into a scratch of at most 256 tokens, then scored by the shared float kernel: the rotation is
-  // applied on the fly from the stored pre-RoPE codes, never to a full-length key cache.
+  // RoPE on the fly from the stored pre-RoPE codes, split as R(p) = R(256 a) R(b): within one
+  // segment of 256 positions the query rows are turned back by R(256 a) once, and each token is
+  // dequantized (levels, ranges, outliers) and turned by R(b) straight from the table into a
+  // scratch of at most 256 tokens, then scored by the shared float kernel. No full-length key
+  // cache is built; q . R(p) k is the same number as (R(256 a)^T q) . (R(b) k) up to rounding.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    thread_local std::vector<float> tile;
-    constexpr int64_t kTile = 256;
-    tile.resize(size_t(kTile) * d_);
-    for (int64_t a = i0; a < i1; a += kTile) {
-      const int64_t b = std::min(i1, a + kTile);
-      for (int64_t i = a; i < b; ++i) {
-        decode_row(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_, pos0 + i,
-                   tile.data() + size_t(i - a) * d_);
+    thread_local std::vector<float> tile, qrot;
+    constexpr int64_t kSeg = RopeTable::kSegment;
+    tile.resize(size_t(kSeg) * d_);
+    qrot.resize(size_t(n_q) * d_);
+    const int half = d_ / 2;
+    for (int64_t a = i0; a < i1;) {
+      const int64_t p = pos0 + a;
+      const int64_t b = std::min(i1, a + (kSeg - p % kSeg));
+      const float* q = states;
+      if (!rope_.identity()) {
+        const float* hs = rope_.segment(p / kSeg);
+        std::copy_n(states, size_t(n_q) * d_, qrot.begin());
+        for (int r = 0; r < n_q; ++r) rope_.rotate_by(qrot.data() + size_t(r) * d_, hs, hs + half, /*inverse=*/true);
+        q = qrot.data();
       }
-      float_scores(states, n_q, size_t(d_), tile.data(), size_t(d_), b - a, d_, out + (a - i0), out_stride);
+      for (int64_t i = a; i < b; ++i) {
+        float* x = tile.data() + size_t(i - a) * d_;
+        decode_pre(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_, x);
+        if (!rope_.identity()) {
+          const float* lo = rope_.low(int((pos0 + i) % kSeg));
+          rope_.rotate_by(x, lo, lo + half, /*inverse=*/false);
+        }
+      }
+      float_scores(q, n_q, size_t(d_), tile.data(), size_t(d_), b - a, d_, out + (a - i0), out_stride);
+      a = b;
     }
   }
 
@@ -227,6 +244,12 @@ class KvqKeyCodec final : public KeyCodec {
   Sparse sparse(uint8_t* row) const { return {row + cb_ + 1, row + cb_ + 1 + 2 * S_}; }
 
   void decode_row(const uint8_t* row, int64_t pos, float* x) const {
+    decode_pre(row, x);
+    rope_.rotate(x, pos, /*inverse=*/false);
+  }
+
+  // The key before RoPE: levels scaled into each channel's range, outliers patched in.
+  void decode_pre(const uint8_t* row, float* x) const {
     lut_affine_planes_channels(row, d_, s_.bits, type_.levels.data(), mid_.data(), half_.data(), x);
     if (S_ > 0) {
       const int n = std::min<int>(row[cb_], S_);
@@ -237,7 +260,6 @@ class KvqKeyCodec final : public KeyCodec {
         if (c < d_) x[c] = f16_to_f32(get_u16(vals + 2 * i));
       }
     }
-    rope_.rotate(x, pos, /*inverse=*/false);
   }
 
   int d_;

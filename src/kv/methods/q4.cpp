@@ -172,49 +172,6 @@ HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT 
   one(std::integral_constant<int, 3>());
 }
 
-// dst[r * stride + kk] += the sum of the lanes of A[r][kk][*], kk = 0..3. With four rows on
-// AVX-512 the 16 sums come out of one interleave tree (45 operations) as one vector whose
-// 128-bit block r holds row r's four channels.
-template <int kRows>
-HWY_INLINE void AddLaneSums(VF (*A)[4][kParts], float* HWY_RESTRICT dst, size_t stride) {
-  const DF df;
-  VF s[kRows][4];
-  for (int r = 0; r < kRows; ++r) {
-    for (int kk = 0; kk < 4; ++kk) {
-      s[r][kk] = A[r][kk][0];
-      for (int p = 1; p < kParts; ++p) s[r][kk] = hn::Add(s[r][kk], A[r][kk][p]);
-    }
-  }
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kRows == 4) {
-    const hn::Repartition<double, DF> dd;
-    VF x[4];  // x[r]: block j holds row r's four channels summed over block j's lanes
-    for (int r = 0; r < 4; ++r) {
-      const VF ab = hn::Add(hn::InterleaveLower(df, s[r][0], s[r][1]), hn::InterleaveUpper(df, s[r][0], s[r][1]));
-      const VF ce = hn::Add(hn::InterleaveLower(df, s[r][2], s[r][3]), hn::InterleaveUpper(df, s[r][2], s[r][3]));
-      x[r] = hn::Add(hn::BitCast(df, hn::InterleaveLower(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce))),
-                     hn::BitCast(df, hn::InterleaveUpper(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce))));
-    }
-    const VF z01 = hn::Add(hn::ConcatLowerLower(df, x[1], x[0]), hn::ConcatUpperUpper(df, x[1], x[0]));
-    const VF z23 = hn::Add(hn::ConcatLowerLower(df, x[3], x[2]), hn::ConcatUpperUpper(df, x[3], x[2]));
-    const VF sums = hn::Add(VF{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0x88)}, VF{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0xDD)});
-    alignas(64) float blocks[16];
-    hn::Store(sums, df, blocks);
-    const hn::CappedTag<float, 4> d4;
-    for (int r = 0; r < 4; ++r) {
-      float* o = dst + size_t(r) * stride;
-      hn::StoreU(hn::Add(hn::LoadU(d4, o), hn::Load(d4, blocks + 4 * r)), d4, o);
-    }
-    return;
-  }
-#endif
-  for (int r = 0; r < kRows; ++r) {
-    alignas(16) float sums[4];
-    SumOfLanes4(df, s[r][0], s[r][1], s[r][2], s[r][3], sums);
-    for (int kk = 0; kk < 4; ++kk) dst[size_t(r) * stride + kk] += sums[kk];
-  }
-}
-
 template <int h, int kRows>
 HWY_INLINE void AccumulateHalfChunk(VF table, const uint8_t* HWY_RESTRICT blocks, size_t bb, int nb, int c,
                                     const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
@@ -233,7 +190,7 @@ HWY_INLINE void AccumulateHalfChunk(VF table, const uint8_t* HWY_RESTRICT blocks
     for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + p * kLanes);
     AccumulateQuad<h, kRows>(table, x, W + size_t(bi) * kRows * B, A);
   }
-  AddLaneSums<kRows>(A, acc + c * q4::kChunk + 4 * h, acc_stride);
+  AddLaneSums<kRows, kParts>(A, acc + c * q4::kChunk + 4 * h, acc_stride);
 }
 
 // acc rows += sum over tokens [i0, i1) of w * v, for kRows rows.

@@ -1,0 +1,82 @@
+#include "src/kv/calib/lloyd_max.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+
+namespace {
+
+LloydMax solve(int d, int bits) {
+  // The density on a fine grid over [-w, w], w = min(1, 12 standard deviations): beyond that
+  // its mass is below 1e-30. Midpoint rule; prefix sums of f and t f give each cell's mass and
+  // mean in O(1).
+  const double sd = 1.0 / std::sqrt(double(d));
+  const double w = std::min(1.0, 12.0 * sd);
+  constexpr int kGrid = 1 << 18;
+  const double h = 2.0 * w / kGrid;
+  const double log_norm = std::lgamma(d / 2.0) - 0.5 * std::log(M_PI) - std::lgamma((d - 1) / 2.0);
+  std::vector<double> F(kGrid + 1, 0.0), T(kGrid + 1, 0.0), Q(kGrid + 1, 0.0);
+  for (int i = 0; i < kGrid; ++i) {
+    const double t = -w + (i + 0.5) * h;
+    const double f = std::exp(log_norm + 0.5 * (d - 3) * std::log1p(-t * t)) * h;
+    F[size_t(i) + 1] = F[size_t(i)] + f;
+    T[size_t(i) + 1] = T[size_t(i)] + t * f;
+    Q[size_t(i) + 1] = Q[size_t(i)] + t * t * f;
+  }
+  const auto index = [&](double t) {  // grid cells whose midpoint is below t
+    return size_t(std::clamp(std::floor((t + w) / h + 0.5), 0.0, double(kGrid)));
+  };
+  const int k = 1 << bits;
+  std::vector<double> c(static_cast<size_t>(k));
+  for (int j = 0; j < k; ++j) c[size_t(j)] = sd * 3.0 * (2.0 * j + 1 - k) / k;  // spread over +-3 sd
+  for (int it = 0; it < 2000; ++it) {
+    double moved = 0;
+    size_t lo = 0;
+    for (int j = 0; j < k; ++j) {
+      const size_t hi = j + 1 < k ? index(0.5 * (c[size_t(j)] + c[size_t(j) + 1])) : size_t(kGrid);
+      const double m = F[hi] - F[lo];
+      if (m > 0) {
+        const double nc = (T[hi] - T[lo]) / m;
+        moved = std::max(moved, std::fabs(nc - c[size_t(j)]));
+        c[size_t(j)] = nc;
+      }
+      lo = hi;
+    }
+    if (moved < 1e-13 * sd) break;
+  }
+  LloydMax r;
+  double mse = 0;
+  size_t lo = 0;
+  for (int j = 0; j < k; ++j) {
+    const size_t hi = j + 1 < k ? index(0.5 * (c[size_t(j)] + c[size_t(j) + 1])) : size_t(kGrid);
+    const double cj = c[size_t(j)];
+    mse += (Q[hi] - Q[lo]) - 2 * cj * (T[hi] - T[lo]) + cj * cj * (F[hi] - F[lo]);
+    lo = hi;
+    r.levels.push_back(float(cj));
+  }
+  r.coordinate_mse = mse / F[kGrid];
+  return r;
+}
+
+}  // namespace
+
+const LloydMax& lloyd_max_sphere(int d, int bits) {
+  VQ_CHECK(d >= 3 && d <= 65536 && bits >= 1 && bits <= 8,
+           fmt::format("Lloyd-Max: d = {} and bits = {} are out of range", d, bits));
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, LloydMax> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({d, bits});
+  if (it == cache.end()) it = cache.emplace(std::make_pair(d, bits), solve(d, bits)).first;
+  return it->second;
+}
+
+}  // namespace vq::kv

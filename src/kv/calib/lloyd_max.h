@@ -1,0 +1,23 @@
+// Lloyd–Max quantizers for the coordinates of a uniformly random unit vector: after a random
+// rotation, each coordinate of a unit vector in R^d has the density
+//   f(t) = Gamma(d/2) / (sqrt(pi) Gamma((d-1)/2)) * (1 - t^2)^((d-3)/2),   t in [-1, 1]
+// (TurboQuant, Zandieh et al., ICLR 2026, section 3.1), close to N(0, 1/d) for large d. The
+// optimal 2^b-level scalar quantizer of that density is found by Lloyd's iteration with the
+// integrals taken numerically, and cached per (d, b).
+#pragma once
+
+#include <vector>
+
+namespace vq::kv {
+
+struct LloydMax {
+  std::vector<float> levels;  // ascending, symmetric about 0
+  double coordinate_mse = 0;  // E (t - Q(t))^2 under f
+  // Expected ||u - u_hat||^2 for a unit vector: d * coordinate_mse.
+  double vector_mse(int d) const { return d * coordinate_mse; }
+};
+
+// d >= 3, 1 <= bits <= 8. Deterministic; the result is computed once per (d, bits).
+const LloydMax& lloyd_max_sphere(int d, int bits);
+
+}  // namespace vq::kv
