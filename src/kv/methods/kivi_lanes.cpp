@@ -140,11 +140,15 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
     const int t = int(i % R), j = t / G;
     const int64_t g_end = std::min<int64_t>(i1, b * R + int64_t(j + 1) * G);
     const uint8_t* block = blocks + size_t(b) * bb;
-    PrefetchBytes(block + bb, std::min<size_t>(bb, 4096));
+    // The next block's scales and zeros, once per block (its codes are fetched ahead below).
+    if (j == R / G - 1) PrefetchBytes(block + bb, params);
     FoldGroup<kRows>(q, qs, reinterpret_cast<const hwy::float16_t*>(block + size_t(j) * d * 4), d, qf, bias);
     for (int64_t u = (i - b * R) / kSub; b * R + u * kSub < g_end; ++u) {
       const int64_t first = b * R + u * kSub;
       const uint32_t* words = reinterpret_cast<const uint32_t*>(block + params + size_t(u) * sub);
+      // Two sub-blocks ahead (past the block's end this reaches into the next block, or is a
+      // prefetch of memory never read: harmless).
+      PrefetchBytes(reinterpret_cast<const uint8_t*>(words) + 2 * sub, sub);
       if (first >= i && first + kSub <= g_end) {
         ScoreSub<kBits, kRows>(qf, size_t(d), bias, words, d, out + (first - i0), out_stride);
       } else {
@@ -243,7 +247,10 @@ void ValueAccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks,
   for (int64_t b0 = i0 / kSub; b0 * kSub < i1; b0 += kBatch) {
     const int nb = int(std::min<int64_t>(kBatch, (i1 + kSub - 1) / kSub - b0));
     const uint8_t* run = blocks + size_t(b0) * bb;
+    // This run's blocks now, and the next run's first blocks, whose latency then overlaps this
+    // run's arithmetic.
     for (int bi = 0; bi < nb; ++bi) PrefetchBytes(run + size_t(bi) * bb, bb);
+    if (b0 + kBatch < (i1 + kSub - 1) / kSub) PrefetchBytes(run + size_t(kBatch) * bb, 4 * bb);
     for (int g = 0; g < n_g; ++g) {
       // W[bi][r][t] = w_r(token) * scale_g(token), zero outside [i0, i1); the zeros' share apart.
       VF zsum[kRows];
