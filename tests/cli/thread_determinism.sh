@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same input, same output at any thread count: for every registered method (plain and, where it
 # applies, rotated), generate's token ids and perplexity's whole JSON (PPL, KL, top-1) are
-# identical with 1 and 2 threads.
+# identical with 1 and 2 threads; a method that learns from data is calibrated (at both thread
+# counts: the two files must be identical too).
 set -euo pipefail
 bin=$1 src=$2
 model="$src/models/gemma-3-270m-q4_k_m.gguf"
@@ -12,13 +13,22 @@ cd "$tmp"
 specs=$("$bin" methods --json | python3 -c '
 import json, sys
 for m in json.load(sys.stdin):
-    print(m["name"])
+    print(m["name"] + (" calib" if m["needs_calibration"] else ""))
     if any(p["name"] == "rot" for p in m["params"]):
-        print(m["name"] + ":rot=1")')
-for kv in $specs; do
+        print(m["name"] + ":rot=1")' | tr ' ' '+')
+for entry in $specs; do
+  kv=${entry%+calib}
+  calib=()
+  if [[ $entry == *+calib ]]; then
+    for t in 1 2; do
+      "$bin" calibrate -m "$model" -f "$text" --part first-half --kv "$kv" -o "calib_$t" -c 128 --chunks 2 -t $t >/dev/null 2>&1
+    done
+    cmp -s calib_1 calib_2 || { echo "FAIL $kv: calibration differs"; exit 1; }
+    calib=(--calib calib_1)
+  fi
   for t in 1 2; do
-    "$bin" generate -m "$model" -p "The capital of France" -n 12 --kv "$kv" --ids -t $t 2>&1 >/dev/null | grep '^ids:' > "gen_$t"
-    "$bin" perplexity -m "$model" -f "$text" -c 256 --chunks 1 --kv "$kv" --json -t $t 2>/dev/null > "ppl_$t"
+    "$bin" generate -m "$model" -p "The capital of France" -n 12 --kv "$kv" "${calib[@]}" --ids -t $t 2>&1 >/dev/null | grep '^ids:' > "gen_$t"
+    "$bin" perplexity -m "$model" -f "$text" -c 256 --chunks 1 --kv "$kv" "${calib[@]}" --json -t $t 2>/dev/null > "ppl_$t"
   done
   cmp -s gen_1 gen_2 || { echo "FAIL $kv: generate differs"; diff gen_1 gen_2; exit 1; }
   cmp -s ppl_1 ppl_2 || { echo "FAIL $kv: perplexity differs"; diff ppl_1 ppl_2; exit 1; }

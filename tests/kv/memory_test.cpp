@@ -2,19 +2,21 @@
 // bits-per-element formula (within 2% at 32,768 tokens), windows and sinks counted apart.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/kv/calib/calibrate.h"
 #include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
 
 namespace vq::kv {
 namespace {
 
-void check_formula(const std::string& spec, int d, int64_t tokens) {
-  SCOPED_TRACE(spec);
-  const Method m = parse_method(spec);
+void check_formula(const Method& m, int d, int64_t tokens, RopeSpec rope = {}) {
+  SCOPED_TRACE(m.spec());
   const int H = 2;
-  LayerCache cache(m, {H, d, 0, 0});
+  LayerCache cache(m, LayerConfig(H, d, 0, 0, rope));
   std::vector<float> k(size_t(1024) * H * d), v(k.size());
   Rng rng(3);
   for (auto& x : k) x = float(rng.normal());
@@ -28,6 +30,7 @@ void check_formula(const std::string& spec, int d, int64_t tokens) {
   // Nothing is compressed twice or lost: compressed + window + sinks cover every token.
   EXPECT_LE(mem.key_elements_compressed, tokens * H * d);
 }
+void check_formula(const std::string& spec, int d, int64_t tokens) { check_formula(parse_method(spec), d, tokens); }
 
 TEST(Memory, BlocksMatchFormulaAt32kTokens) {
   for (const char* spec : {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4"}) {
@@ -37,6 +40,20 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
   check_formula("q4:residual=128,sink=4", 128, 32768);
   for (const char* spec : {"kivi", "kivi:kbits=3,vbits=4,group=64", "kivi:kaxis=token", "k=kivi,v=q8"}) {
     check_formula(spec, 128, 32768);
+  }
+  for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2"}) check_formula(spec, 128, 32768);
+  // KVQuant, calibrated on synthetic tokens, under RoPE.
+  RopeSpec rope;
+  rope.style = RopeSpec::Style::kNeox;
+  for (const char* spec : {"kvquant", "kvquant:bits=2,outliers=0", "kvquant:bits=4,outliers=0.02,sink=4"}) {
+    const Method m = parse_method(spec);
+    std::vector<float> k(size_t(512) * 128), v(k.size());
+    Rng rng(5);
+    for (auto& x : k) x = float(rng.normal());
+    for (auto& x : v) x = float(rng.normal());
+    auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(LayerConfig(1, 128, 0, 0, rope), k.data(), v.data(), 512, 0)},
+                                                     ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
+    check_formula(m.with_calibration(c), 128, 32768, rope);
   }
 }
 

@@ -48,6 +48,7 @@ Runner add_methods_command(CLI::App& app) {
       j["summary"] = def->info.summary;
       j["bits_per_element"] = m.bits_per_element(opts->head_dim);
       j["head_dim"] = opts->head_dim;
+      j["needs_calibration"] = m.needs_calibration();
       std::string params;
       for (const auto& p : def->info.params) {
         j["params"].push_back({{"name", p.name},
