@@ -46,6 +46,7 @@
 
 #include "src/core/fp16.h"
 #include "src/kv/calib/nuq.h"
+#include "src/kv/decode_tiles.h"
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/registry.h"
@@ -103,6 +104,16 @@ struct Sparse {
   uint8_t* values;
   uint8_t* indices;
 };
+
+// The first n of a row's S outlier slots (S fp16 values, then S indices of ib bytes) written
+// over x; an index outside the head (a damaged cache) is skipped.
+void patch_outliers(const uint8_t* slots, int n, int S, int ib, int d, float* x) {
+  const uint8_t* idx = slots + 2 * S;
+  for (int i = 0; i < n; ++i) {
+    const int c = get_index(idx + size_t(i) * ib, ib);
+    if (c < d) x[c] = f16_to_f32(get_u16(slots + 2 * i));
+  }
+}
 
 // Per token: which channels are outliers (removing them shrinks the range most) and the range of
 // the rest. `order` receives the channels sorted by value.
@@ -251,15 +262,7 @@ class KvqKeyCodec final : public KeyCodec {
   // The key before RoPE: levels scaled into each channel's range, outliers patched in.
   void decode_pre(const uint8_t* row, float* x) const {
     lut_affine_planes_channels(row, d_, s_.bits, type_.levels.data(), mid_.data(), half_.data(), x);
-    if (S_ > 0) {
-      const int n = std::min<int>(row[cb_], S_);
-      const uint8_t* vals = row + cb_ + 1;
-      const uint8_t* idx = vals + 2 * S_;
-      for (int i = 0; i < n; ++i) {
-        const int c = get_index(idx + size_t(i) * ib_, ib_);
-        if (c < d_) x[c] = f16_to_f32(get_u16(vals + 2 * i));
-      }
-    }
+    if (S_ > 0) patch_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x);
   }
 
   int d_;
@@ -319,17 +322,14 @@ class KvqValueCodec final : public ValueCodec {
   // tokens and accumulated by the shared float kernel.
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    thread_local std::vector<float> tile;
-    constexpr int64_t kTile = 256;
-    tile.resize(size_t(kTile) * d_);
-    for (int64_t a = i0; a < i1; a += kTile) {
-      const int64_t b = std::min(i1, a + kTile);
-      for (int64_t i = a; i < b; ++i) {
-        decode_row(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_,
-                   tile.data() + size_t(i - a) * d_);
-      }
-      float_accumulate(w + (a - i0), w_stride, n_q, tile.data(), size_t(d_), b - a, d_, acc, size_t(d_));
-    }
+    decode_tiles(
+        i0, i1, d_,
+        [&](int64_t i, float* x) {
+          decode_row(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_, x);
+        },
+        [&](int64_t a, int64_t n, const float* tile) {
+          float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, size_t(d_));
+        });
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
 
@@ -337,12 +337,7 @@ class KvqValueCodec final : public ValueCodec {
   void decode_row(const uint8_t* row, float* x) const {
     const float scale = f16_to_f32(get_u16(row)), zero = f16_to_f32(get_u16(row + 2));
     lut_affine_planes(row + 4, d_, s_.bits, type_.levels.data(), zero, scale, x);
-    const uint8_t* vals = row + 4 + cb_;
-    const uint8_t* idx = vals + 2 * S_;
-    for (int i = 0; i < S_; ++i) {
-      const int c = get_index(idx + size_t(i) * ib_, ib_);
-      if (c < d_) x[c] = f16_to_f32(get_u16(vals + 2 * i));
-    }
+    patch_outliers(row + 4 + cb_, S_, S_, ib_, d_, x);
   }
 
   int d_;

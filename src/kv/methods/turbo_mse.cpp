@@ -32,6 +32,7 @@
 #include "src/core/hadamard.h"
 #include "src/kv/calib/lloyd_max.h"
 #include "src/kv/calib/nuq.h"
+#include "src/kv/decode_tiles.h"
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/registry.h"
@@ -68,21 +69,15 @@ class TurboRows {
     std::memcpy(&h, row, 2);
     lut_affine_planes(row + 2, d_, bits_, levels_.data(), 0.0f, f16_to_f32(h), x);
   }
-  // Tokens [i0, i1) of a run of blocks decoded into a scratch of at most 256 tokens, handed to fn
-  // (first token, count, rows).
+  // Tokens [i0, i1) of a run of blocks decoded a tile at a time (decode_tiles.h), handed to fn.
   template <typename Fn>
   void tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
-    thread_local std::vector<float> tile;
-    constexpr int64_t kTile = 256;
-    tile.resize(size_t(kTile) * d_);
-    for (int64_t a = i0; a < i1; a += kTile) {
-      const int64_t b = std::min(i1, a + kTile);
-      for (int64_t i = a; i < b; ++i) {
-        decode(blocks + size_t(i / kBlockTokens) * kBlockTokens * row_ + size_t(i % kBlockTokens) * row_,
-               tile.data() + size_t(i - a) * d_);
-      }
-      fn(a, b - a, tile.data());
-    }
+    decode_tiles(
+        i0, i1, d_,
+        [&](int64_t i, float* x) {
+          decode(blocks + size_t(i / kBlockTokens) * kBlockTokens * row_ + size_t(i % kBlockTokens) * row_, x);
+        },
+        fn);
   }
   size_t param_bytes() const { return (levels_.size() + mids_.size()) * sizeof(float); }
 
