@@ -204,8 +204,10 @@ def render():
     meta = load("run")
     if meta:
         mc = meta["machine"]
-        parts += ["Run: `%s` mode, %.0f minutes, commit `%s`; machine: %s, %d cores, %.1f GiB." % (
-            meta["mode"], meta["duration_s"] / 60, meta["commit"][:12], mc["cpu"], mc["cores"], mc["memory_gib"]), ""]
+        parts += ["Last run of every step together: `%s` mode, %.0f minutes, commit `%s`; machine: %s, %d cores, "
+                  "%.1f GiB. A section rerun since then (`--only`) names its own mode; every command below carries "
+                  "its stamp." % (meta["mode"], meta["duration_s"] / 60, meta["commit"][:12], mc["cpu"], mc["cores"],
+                                  mc["memory_gib"]), ""]
 
     ppl = load("perplexity")
     if ppl:
@@ -218,12 +220,18 @@ def render():
                          "%.5f" % r.get("kl_mean", 0.0), "%.4f" % r.get("kl_p99", 0.0),
                          "%.4f" % r.get("top1_agreement", 1.0)])
         first = runs[0]
+        calibrated = sorted({r["calibration"] for r in runs if "calibration" in r})
+        text_part = first.get("part", "all")
         parts += ["## Quality: perplexity and KL divergence against the fp16 cache", "",
-                  "%d chunks of %d tokens (llama.cpp's perplexity chunking; second half of each chunk scored). "
-                  "Bits per element count codes, scales, zero points and every stored parameter; the fp16 "
-                  "residual window and sinks are reported by `bench`, not folded in here." % (
-                      first["chunks"], first["ctx"]), "",
-                  table(["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"], rows), ""]
+                  "`%s` mode: %d chunks of %d tokens of the text (%s; llama.cpp's perplexity chunking, second half "
+                  "of each chunk scored). Bits per element count codes, scales, zero points, outlier slots and every "
+                  "stored parameter; the fp16 residual window and sinks are reported by `bench`, not folded in "
+                  "here." % (ppl.get("mode", "?"), first["chunks"], first["ctx"],
+                             "the whole file" if text_part == "all" else "its " + text_part), ""]
+        if calibrated:
+            parts += ["Methods that learn from data were calibrated on: " + "; ".join(calibrated) +
+                      " (text never scored here).", ""]
+        parts += [table(["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"], rows), ""]
         fig, ax = plt.subplots()
         for r in runs:
             if r["kv"] == "fp16":
