@@ -12,7 +12,7 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 2;  // 2: the cache names its calibration
+constexpr uint32_t kVersion = 3;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

@@ -68,6 +68,13 @@ double run_case(const Case& c, std::vector<float>* outputs = nullptr, bool check
   return worst;
 }
 
+// Fused against reference, relative to the output's norm: float rounding for most methods. q4's
+// kernels hold the query and the weights in 16-bit fixed point (1/65024 of their group's or
+// run's largest magnitude); on these random inputs attention averages a few hundred nearly
+// equally weighted random values, so the output is ~sqrt(n) times smaller than the values it
+// sums and that step shows at up to a few 1e-4 of it (about sqrt(n) * 2 / 65024).
+double tolerance(const std::string& spec) { return spec.find("q4") != std::string::npos ? 1e-3 : 1e-4; }
+
 const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4",
                         "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1", "kivi:residual=32",
                         "kivi:kbits=4,vbits=3,residual=24,group=16", "kivi:kaxis=token,residual=16",
@@ -79,7 +86,7 @@ TEST(Attention, FusedEqualsReferenceDecodeAndPrefill) {
       Case c{spec};
       c.ubatch = ubatch;
       c.ctx = ubatch == 1 ? 140 : 300;
-      EXPECT_LT(run_case(c), 1e-4) << spec << " ubatch " << ubatch;
+      EXPECT_LT(run_case(c), tolerance(spec)) << spec << " ubatch " << ubatch;
     }
   }
 }
@@ -88,7 +95,7 @@ TEST(Attention, OutlierHeavyKeys) {
   for (const char* spec : kSpecs) {
     Case c{spec};
     c.outliers = true;
-    EXPECT_LT(run_case(c), 1e-4) << spec;
+    EXPECT_LT(run_case(c), tolerance(spec)) << spec;
   }
 }
 
@@ -98,7 +105,7 @@ TEST(Attention, GroupedQueryShapes) {
     c.q_heads = qh;
     c.kv_heads = kvh;
     c.d = 128;
-    EXPECT_LT(run_case(c), 1e-4) << qh << "/" << kvh;
+    EXPECT_LT(run_case(c), tolerance(c.spec)) << qh << "/" << kvh;
   }
 }
 
@@ -109,7 +116,7 @@ TEST(Attention, SlidingWindow) {
       c.window = 37;
       c.ubatch = ubatch;
       c.ctx = 700;  // long enough that whole pages are dropped
-      EXPECT_LT(run_case(c), 1e-4) << spec << " ubatch " << ubatch;
+      EXPECT_LT(run_case(c), tolerance(spec)) << spec << " ubatch " << ubatch;
     }
   }
 }
@@ -128,7 +135,9 @@ TEST(Attention, LongContextIsChunkedAndMerged) {
   c.ubatch = 3000;
   c.q_heads = 4;
   c.kv_heads = 1;
-  EXPECT_LT(run_case(c), 1e-4);
+  // Nine thousand nearly equal weights: the output is ~95 times smaller than the values, and q4's
+  // fixed-point weights show at about sqrt(n) * 2 / 65024 of it (tolerance above).
+  EXPECT_LT(run_case(c), 3e-3);
 }
 
 TEST(Attention, SameResultAtAnyThreadCount) {

@@ -36,7 +36,9 @@ class BaselineMethod final : public MethodImpl {
     return c;
   }
   double key_bits(int head_dim) const override { return codecs_.bits(head_dim); }
-  double value_bits(int head_dim) const override { return codecs_.bits(head_dim); }
+  double value_bits(int head_dim) const override {
+    return codecs_.value_bits ? codecs_.value_bits(head_dim) : codecs_.bits(head_dim);
+  }
   int key_keep() const override { return residual_; }
   int value_keep() const override { return residual_; }
   int sink_tokens() const override { return sink_; }

@@ -14,6 +14,7 @@ struct BaselineCodecs {
   std::function<std::unique_ptr<KeyCodec>(int head_dim)> key;
   std::function<std::unique_ptr<ValueCodec>(int head_dim)> value;
   std::function<double(int head_dim)> bits;  // the method's bits-per-element formula
+  std::function<double(int head_dim)> value_bits = {};  // where values are laid out differently
 };
 
 // Builds the MethodImpl of a baseline from its codec factories and parsed values

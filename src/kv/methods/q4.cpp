@@ -1,16 +1,22 @@
 // q4: 4-bit codes per group of 32 channels with an fp16 scale (4.5 bits), quantized like
-// llama.cpp's q4_0, stored in blocks of 16 interleaved tokens (q4_layout.h). Optional randomized
-// Hadamard rotation (rot=1).
+// llama.cpp's q4_0, stored in blocks of 16 tokens (q4_layout.h): keys with tokens in the vector
+// lanes, values with channels in the lanes. Optional randomized Hadamard rotation (rot=1).
 //
-// The kernels put tokens in the vector lanes. A 64-byte load gives eight channels of 16 tokens;
-// each channel's codes become floats (code - 8) with one shift and one 16-entry table lookup
-// (vpermps on AVX-512, which reads only the low four bits of each index), so a channel costs
-// two operations for 16 tokens, against the FMAs that use it once per query row.
-//   scores:     part_r += q_r[j] * (code_j - 8) over a group's 32 channels, then
-//               score_r += scale_g * part_r, all with tokens in lanes: no horizontal sums.
-//   accumulate: acc_r[j] += sum over tokens of (w_r * scale_g) * (code_j - 8); four channels x
-//               the query rows stay in registers over a run of up to 256 tokens and are summed
-//               across lanes once per run, not once per token.
+// Both fused paths are integer byte dot products (DotBytes: vpdpbusd on CPUs with AVX-512 VNNI,
+// 64 multiply-adds per instruction against an FMA's 16) of the unsigned 4-bit codes with a
+// signed 16-bit fixed-point operand split into two byte planes:
+//   scores:     the query, held per group of 32 channels (q4::QueryState, prepared once per
+//               step); tokens in lanes, so no horizontal sums.
+//   accumulate: the softmax weights times the tokens' group scales, held per run of 256 tokens
+//               (RunWeights); channels in lanes, the sum over tokens inside each lane.
+// The fixed point holds each operand within 1/65024 of its group's (run's) largest magnitude,
+// finer than fp16 and far finer than the 4-bit codes; the tests check the fused paths against
+// decode-then-dot within the bound that implies, and the scores exactly against the held query.
+// This is a deliberate deviation from float arithmetic (llama.cpp's quantized-cache dot products
+// hold the query at 8 bits); it halves the work per token.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // byte dot products (VNNI) where the CPU has them
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/methods/q4.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -18,10 +24,12 @@
 #include <type_traits>
 
 #include "hwy/highway.h"
+#include "src/kv/byte_dot-inl.h"
 #include "src/kv/fused_kernels-inl.h"
 #include "src/kv/methods/q4_layout.h"
 
 HWY_BEFORE_NAMESPACE();
+#include "src/kv/byte_dot_target.h"  // IWYU pragma: keep
 namespace vq::kv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -30,90 +38,71 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 using DU = hn::RebindToUnsigned<DF>;
 using VU = hn::Vec<DU>;
+using DI = hn::RebindToSigned<DF>;
+using VI = hn::Vec<DI>;
+typedef int32_t AliasedI32 __attribute__((may_alias));
 constexpr int kLanes = int(hn::MaxLanes(DF()));
 constexpr int kParts = q4::kBlockTokens / kLanes;  // vectors per 16 tokens
 static_assert(q4::kBlockTokens % kLanes == 0, "16 tokens must be whole vectors");
 
-// (code - 8) as float for the code in the low four bits of each lane of x.
-HWY_INLINE VF Centered(VF table, VU x) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return VF{_mm512_permutexvar_ps(x.raw, table.raw)};  // uses bits 0..3 of each index only
-#else
-  (void)table;
-  const DF df;
-  const hn::RebindToSigned<DF> di;
-  return hn::Sub(hn::ConvertTo(df, hn::BitCast(di, hn::And(x, hn::Set(DU(), 15u)))), hn::Set(df, 8.0f));
-#endif
-}
-
-HWY_INLINE VF CenteredTable() {
-  alignas(64) static constexpr float kTable[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-  return hn::LoadU(DF(), kTable);  // only the first kLanes entries matter off AVX-512
-}
-
-template <int k>
-HWY_INLINE VU Nibble(VU x) {
-  if constexpr (k == 0) {
-    return x;
-  } else {
-    return hn::ShiftRight<4 * k>(x);
-  }
-}
-
-// part[k % 2][r][p] += q_r[k] * (code_k - 8) for channel k of the chunk loaded in x. Even and
-// odd channels feed separate sums so that 2 * kRows FMA chains are in flight, enough to hide the
-// FMA latency with four query rows.
-template <int k, int kRows>
-HWY_INLINE void ScoreChannel(VF table, const VU* x, const float* HWY_RESTRICT qc, size_t qs,
-                             VF (*part)[kRows][kParts]) {
-  const DF df;
-  VF v[kParts];
-  for (int p = 0; p < kParts; ++p) v[p] = Centered(table, Nibble<k>(x[p]));
-  for (int r = 0; r < kRows; ++r) {
-    const VF qb = hn::Set(df, qc[size_t(r) * qs + k]);
-    for (int p = 0; p < kParts; ++p) part[k % 2][r][p] = hn::MulAdd(qb, v[p], part[k % 2][r][p]);
-  }
-}
-
-// out[r * out_stride + t] = q_r . x_t for the 16 tokens of one block.
+// Scores are exact integer dot products of the 4-bit codes with the query held in 16-bit fixed
+// point per group of 32 channels (q4_layout.h, QueryState): per chunk, the codes of even and of
+// odd channels are masked out as bytes, each 32-bit lane one token, and multiplied by the
+// matching query bytes with DotBytes, once per query byte plane. Per group, the two planes'
+// integer sums are joined (high * 256 + low: exact below 2^24), turned to float once, scaled by
+// the query's group scale, offset by -8 * (the group's query sum), and weighted by the tokens'
+// fp16 scales.
 template <int kRows>
 HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, size_t qs, const uint8_t* HWY_RESTRICT blk, int d,
                            float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
   const DU du;
+  const DI di;
   const hn::Rebind<hwy::float16_t, DF> dh;
   const int C = q4::n_chunks(d), G = q4::n_groups(d);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
   const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk + q4::codes_bytes(d));
-  const VF table = CenteredTable();
+  const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
   VF acc[kRows][kParts];
   for (int r = 0; r < kRows; ++r) {
     for (int p = 0; p < kParts; ++p) acc[r][p] = hn::Zero(df);
   }
   for (int g = 0; g < G; ++g) {
-    VF part[2][kRows][kParts];
-    for (int e = 0; e < 2; ++e) {
-      for (int r = 0; r < kRows; ++r) {
-        for (int p = 0; p < kParts; ++p) part[e][r][p] = hn::Zero(df);
+    // Sums per row, byte plane (hi, lo) and channel parity: sixteen independent chains at four
+    // rows, enough to cover the dot product's latency.
+    VI sum[kRows][4][kParts];
+    for (int r = 0; r < kRows; ++r) {
+      for (int k = 0; k < 4; ++k) {
+        for (int p = 0; p < kParts; ++p) sum[r][k][p] = hn::Zero(di);
       }
     }
     const int c_end = std::min(C, (g + 1) * (q4::kGroup / q4::kChunk));
     for (int c = g * (q4::kGroup / q4::kChunk); c < c_end; ++c) {
-      VU x[kParts];
-      for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + c * q4::kBlockTokens + p * kLanes);
-      const float* qc = q + c * q4::kChunk;
-      ScoreChannel<0, kRows>(table, x, qc, qs, part);
-      ScoreChannel<1, kRows>(table, x, qc, qs, part);
-      ScoreChannel<2, kRows>(table, x, qc, qs, part);
-      ScoreChannel<3, kRows>(table, x, qc, qs, part);
-      ScoreChannel<4, kRows>(table, x, qc, qs, part);
-      ScoreChannel<5, kRows>(table, x, qc, qs, part);
-      ScoreChannel<6, kRows>(table, x, qc, qs, part);
-      ScoreChannel<7, kRows>(table, x, qc, qs, part);
+      VI codes[2][kParts];  // even and odd channels' codes, one byte each
+      for (int p = 0; p < kParts; ++p) {
+        const VU x = hn::LoadU(du, words + c * q4::kBlockTokens + p * kLanes);
+        codes[0][p] = hn::BitCast(di, hn::And(x, low_nibbles));
+        codes[1][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
+      }
+      for (int r = 0; r < kRows; ++r) {
+        // hi even, hi odd, lo even, lo odd: bits kept in the float state array, read through a
+        // may_alias type so that each becomes one broadcast load
+        const AliasedI32* w = reinterpret_cast<const AliasedI32*>(q + size_t(r) * qs + q4::QueryState::chunk_word(c, 0));
+        for (int k = 0; k < 4; ++k) {
+          const VI qw = hn::Set(di, w[k]);
+          for (int p = 0; p < kParts; ++p) sum[r][k][p] = DotBytes(di, sum[r][k][p], codes[k % 2][p], qw);
+        }
+      }
     }
     for (int p = 0; p < kParts; ++p) {
       const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + g * q4::kBlockTokens + p * kLanes));
-      for (int r = 0; r < kRows; ++r) acc[r][p] = hn::MulAdd(s, hn::Add(part[0][r][p], part[1][r][p]), acc[r][p]);
+      for (int r = 0; r < kRows; ++r) {
+        const float* f = q + size_t(r) * qs + q4::QueryState::group_word(C, g);
+        const VI hi = hn::Add(sum[r][0][p], sum[r][1][p]), lo = hn::Add(sum[r][2][p], sum[r][3][p]);
+        const VI joined = hn::Add(hn::ShiftLeft<8>(hi), lo);  // exact: |joined| < 2^24
+        const VF part = hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, f[0]), hn::Set(df, f[1]));
+        acc[r][p] = hn::MulAdd(s, part, acc[r][p]);
+      }
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -128,7 +117,7 @@ void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, int64_t i0, int
   alignas(64) float tmp[kRows * q4::kBlockTokens];
   for (int64_t b = i0 / q4::kBlockTokens; b * q4::kBlockTokens < i1; ++b) {
     const uint8_t* blk = blocks + size_t(b) * bb;
-    PrefetchBytes(blk + 2 * bb, bb);
+    PrefetchBytes(blk + 6 * bb, bb);
     const int64_t first = b * q4::kBlockTokens;
     if (first >= i0 && first + q4::kBlockTokens <= i1) {  // whole block in range: straight to out
       ScoreBlock<kRows>(q, qs, blk, d, out + size_t(first - i0), out_stride);
@@ -150,95 +139,227 @@ void Q4Scores(const float* q, int n_q, size_t qs, const uint8_t* blocks, int64_t
   for (; r < n_q; ++r) ScoreRows<1>(q + size_t(r) * qs, qs, blocks, i0, i1, d, out + size_t(r) * out_stride, out_stride);
 }
 
-constexpr int kBatchBlocks = 16;  // blocks whose weights are staged at once (256 tokens)
+constexpr int kRunBlocks = 16;  // blocks whose weights are staged at once (256 tokens)
+constexpr float kFixedOne = 127.0f * 256.0f;  // the weights' 16-bit fixed point: sigma maps to 32512
 
-// A[r][kk][p] += W_r * (code - 8) for channels 4h .. 4h+3 of the chunk in x.
-template <int h, int kRows>
-HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT wb, VF (*A)[4][kParts]) {
+// The weights of a run for one value group, as the byte dot products take them: for row r and
+// block bi, 16 tokens as lo and hi byte planes of T = round(W / sigma * 32512), W = w * scale_g,
+// hi = (T + 128) >> 8 and lo = T - 256 * hi (both in -128..127: lo is T's own low byte), so W
+// is held within sigma / 65024 (q4_layout.h has the same for queries). sigma bounds |W| over
+// the run: the row's largest |w| times the group's largest |scale|, so W / sigma is the product
+// of the row's normalized weights (once per run) and the group's normalized scales (once per
+// group, shared by the rows): one multiply per product.
+template <int kRows>
+struct RunWeights {
+  alignas(64) float wn[kRunBlocks][kRows][q4::kBlockTokens];  // w * 32512 / max |w|
+  alignas(64) int8_t planes[kRunBlocks][kRows][2][q4::kBlockTokens];  // [lo, hi]
+  float w_max[kRows];
+  float factor[kRows];  // sigma / 32512: one unit of T
+  float offset[kRows];  // -8 * factor * sum of T: centres the codes (value = scale * (code - 8))
+};
+
+// The row's weight of each token of block bi, zero outside [i0, i1).
+template <int kRows>
+HWY_INLINE void LoadBlockWeights(const float* w, size_t w_stride, int64_t i0, int64_t i1, int64_t first,
+                                 VF (*out)[kParts]) {
   const DF df;
-  const auto one = [&](auto kk_tag) {
-    constexpr int kk = decltype(kk_tag)::value;
-    VF v[kParts];
-    for (int p = 0; p < kParts; ++p) v[p] = Centered(table, Nibble<4 * h + kk>(x[p]));
+  constexpr int B = q4::kBlockTokens;
+  if (first >= i0 && first + B <= i1) {
     for (int r = 0; r < kRows; ++r) {
-      for (int p = 0; p < kParts; ++p) {
-        A[r][kk][p] = hn::MulAdd(hn::Load(df, wb + r * q4::kBlockTokens + p * kLanes), v[p], A[r][kk][p]);
-      }
+      for (int p = 0; p < kParts; ++p) out[r][p] = hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p * kLanes);
     }
-  };
-  one(std::integral_constant<int, 0>());
-  one(std::integral_constant<int, 1>());
-  one(std::integral_constant<int, 2>());
-  one(std::integral_constant<int, 3>());
+    return;
+  }
+  alignas(64) float tmp[B];
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < B; ++t) {
+      const int64_t i = first + t;
+      tmp[t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] : 0.0f;
+    }
+    for (int p = 0; p < kParts; ++p) out[r][p] = hn::Load(df, tmp + p * kLanes);
+  }
 }
 
-template <int h, int kRows>
-HWY_INLINE void AccumulateHalfChunk(VF table, const uint8_t* HWY_RESTRICT blocks, size_t bb, int nb, int c,
-                                    const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
+// Once per run: the rows' largest |w| and their normalized weights.
+template <int kRows>
+HWY_INLINE void NormalizeRunWeights(const float* w, size_t w_stride, int64_t i0, int64_t i1, int64_t b0, int nb,
+                                    RunWeights<kRows>* out) {
+  const DF df;
+  constexpr int B = q4::kBlockTokens;
+  VF m[kRows];
+  for (int r = 0; r < kRows; ++r) m[r] = hn::Zero(df);
+  for (int bi = 0; bi < nb; ++bi) {
+    VF wv[kRows][kParts];
+    LoadBlockWeights<kRows>(w, w_stride, i0, i1, (b0 + bi) * B, wv);
+    for (int r = 0; r < kRows; ++r) {
+      for (int p = 0; p < kParts; ++p) {
+        m[r] = hn::Max(m[r], hn::Abs(wv[r][p]));
+        hn::Store(wv[r][p], df, &out->wn[bi][r][p * kLanes]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    out->w_max[r] = hn::GetLane(hn::MaxOfLanes(df, m[r]));
+    const VF inv = hn::Set(df, out->w_max[r] > 0.0f ? kFixedOne / out->w_max[r] : 0.0f);
+    for (int bi = 0; bi < nb; ++bi) {
+      for (int p = 0; p < kParts; ++p) {
+        float* x = &out->wn[bi][r][p * kLanes];
+        hn::Store(hn::Mul(hn::Load(df, x), inv), df, x);
+      }
+    }
+  }
+}
+
+// Stores the byte planes of T (|T| <= 32512): lo = T's low byte, hi = low byte of (T + 128) >> 8.
+HWY_INLINE void StorePlanes(VI T, int8_t* HWY_RESTRICT lo, int8_t* HWY_RESTRICT hi) {
+  const DI di;
+  const VI H = hn::ShiftRight<8>(hn::Add(T, hn::Set(di, 128)));
+#if HWY_TARGET == HWY_AVX3_DL
+  // One byte permute gathers byte 0 of each lane of T, then of H, into 32 bytes [lo | hi].
+  alignas(64) static constexpr uint8_t kIdx[64] = {0,  4,  8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+                                                   64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124};
+  const __m512i both = _mm512_permutex2var_epi8(T.raw, _mm512_load_si512(kIdx), H.raw);
+  (void)hi;  // hi == lo + 16 here (RunWeights' layout)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_castsi512_si256(both));
+#else
+  const hn::Rebind<int8_t, DI> d8;
+  const VI L = hn::Sub(T, hn::ShiftLeft<8>(H));
+  hn::StoreU(hn::DemoteTo(d8, L), d8, lo);
+  hn::StoreU(hn::DemoteTo(d8, H), d8, hi);
+#endif
+}
+
+template <int kRows>
+HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWeights<kRows>* out) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const size_t bb = q4::values::block_bytes(d);
+  VF s_max = hn::Zero(df);
+  for (int bi = 0; bi < nb; ++bi) {
+    const hwy::float16_t* sc =
+        reinterpret_cast<const hwy::float16_t*>(run + size_t(bi) * bb + q4::values::scale_offset(d, g, 0));
+    for (int p = 0; p < kParts; ++p) s_max = hn::Max(s_max, hn::Abs(hn::PromoteTo(df, hn::LoadU(dh, sc + p * kLanes))));
+  }
+  const float scale_max = hn::GetLane(hn::MaxOfLanes(df, s_max));
+  const VF s_inv = hn::Set(df, scale_max > 0.0f ? 1.0f / scale_max : 0.0f);
+  VI held[kRows];
+  for (int r = 0; r < kRows; ++r) held[r] = hn::Zero(di);
+  for (int bi = 0; bi < nb; ++bi) {
+    const hwy::float16_t* sc =
+        reinterpret_cast<const hwy::float16_t*>(run + size_t(bi) * bb + q4::values::scale_offset(d, g, 0));
+    for (int p = 0; p < kParts; ++p) {
+      const VF sn = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, sc + p * kLanes)), s_inv);
+      for (int r = 0; r < kRows; ++r) {
+        // |wn * sn| <= 32512 up to rounding, far inside the conversion's range
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+        const VI T{_mm512_cvtps_epi32(hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn).raw)};
+#else
+        const VI T = hn::NearestInt(hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn));
+#endif
+        StorePlanes(T, &out->planes[bi][r][0][p * kLanes], &out->planes[bi][r][1][p * kLanes]);
+        held[r] = hn::Add(held[r], T);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    out->factor[r] = out->w_max[r] * scale_max / kFixedOne;
+    const float sum = float(hn::GetLane(hn::SumOfLanes(di, held[r])));  // |sum| < 2^24: exact
+    out->offset[r] = -8.0f * out->factor[r] * sum;
+  }
+}
+
+// The run's contribution to the kNcc 16-channel chunks of one group from cc0: per half-block,
+// the codes of each channel's tokens 0..3 and 4..7 become bytes (one mask, one shift), then each
+// row's four weight words (two tokens sets x two planes) are broadcast once and used for every
+// chunk. Sums per row, plane and chunk: 16 independent chains at four rows and two chunks.
+template <int kRows, int kNcc>
+HWY_INLINE void AccumulateGroup(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int cc0,
+                                const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
+                                const uint8_t* next, size_t next_bytes, int g, int G) {
+  // This group's share of the next run's bytes, spread over its blocks.
+  const size_t share = (next_bytes + size_t(G) - 1) / size_t(G), begin = size_t(g) * share;
+  const size_t end = std::min(next_bytes, begin + share), per_block = (share + size_t(nb) - 1) / size_t(nb);
   const DF df;
   const DU du;
-  constexpr int B = q4::kBlockTokens;
-  VF A[kRows][4][kParts];
+  const DI di;
+  const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
+  VI sum[kRows][2][kNcc][kParts];
   for (int r = 0; r < kRows; ++r) {
-    for (int kk = 0; kk < 4; ++kk) {
-      for (int p = 0; p < kParts; ++p) A[r][kk][p] = hn::Zero(df);
+    for (int e = 0; e < 2; ++e) {
+      for (int k = 0; k < kNcc; ++k) {
+        for (int p = 0; p < kParts; ++p) sum[r][e][k][p] = hn::Zero(di);
+      }
     }
   }
   for (int bi = 0; bi < nb; ++bi) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(blocks + size_t(bi) * bb) + c * B;
-    VU x[kParts];
-    for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + p * kLanes);
-    AccumulateQuad<h, kRows>(table, x, W + size_t(bi) * kRows * B, A);
-  }
-  AddLaneSums<kRows, kParts>(A, acc + c * q4::kChunk + 4 * h, acc_stride);
-}
-
-// acc rows += sum over tokens [i0, i1) of w * v, for kRows rows.
-template <int kRows>
-void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int64_t i0, int64_t i1, int d, float* acc,
-                    size_t acc_stride) {
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const size_t bb = q4::block_bytes(d);
-  const int C = q4::n_chunks(d), G = q4::n_groups(d);
-  const VF table = CenteredTable();
-  constexpr int B = q4::kBlockTokens;
-  alignas(64) float W[kBatchBlocks * kRows * B];
-  for (int64_t b0 = i0 / B; b0 * B < i1; b0 += kBatchBlocks) {
-    const int nb = int(std::min<int64_t>(kBatchBlocks, (i1 + B - 1) / B - b0));
-    const uint8_t* run = blocks + size_t(b0) * bb;
-    for (int bi = 0; bi < nb; ++bi) PrefetchBytes(run + size_t(bi) * bb, bb);
-    for (int g = 0; g < G; ++g) {
-      // Stage W[bi][r][t] = w_r(token) * scale_g(token), zero outside [i0, i1).
-      for (int bi = 0; bi < nb; ++bi) {
-        const int64_t first = (b0 + bi) * B;
-        const hwy::float16_t* sc =
-            reinterpret_cast<const hwy::float16_t*>(run + size_t(bi) * bb + q4::scale_offset(d, g, 0));
-        float* wb = W + size_t(bi) * kRows * B;
-        if (first >= i0 && first + B <= i1) {
+    const size_t p0 = begin + size_t(bi) * per_block;
+    if (p0 < end) PrefetchBytes(next + p0, std::min(per_block, end - p0));
+    const uint8_t* blk = run + size_t(bi) * bb + size_t(cc0) * 128;
+    for (int h = 0; h < 2; ++h) {
+      VI first4[kNcc][kParts], last4[kNcc][kParts];  // tokens 8h..8h+3 and 8h+4..8h+7
+      for (int k = 0; k < kNcc; ++k) {
+        for (int p = 0; p < kParts; ++p) {
+          const VU x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(blk + k * 128 + h * 64) + p * kLanes);
+          first4[k][p] = hn::BitCast(di, hn::And(x, low_nibbles));
+          last4[k][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
+        }
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][0][8 * h]);
+        const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][1][8 * h]);
+        const VI hi0 = hn::Set(di, hi[0]), hi1 = hn::Set(di, hi[1]);
+        const VI lo0 = hn::Set(di, lo[0]), lo1 = hn::Set(di, lo[1]);
+        for (int k = 0; k < kNcc; ++k) {
           for (int p = 0; p < kParts; ++p) {
-            const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + p * kLanes));
-            for (int r = 0; r < kRows; ++r) {
-              const VF wv = hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p * kLanes);
-              hn::Store(hn::Mul(wv, s), df, wb + r * B + p * kLanes);
-            }
-          }
-        } else {
-          for (int t = 0; t < B; ++t) {
-            const int64_t i = first + t;
-            uint16_t bits;
-            std::memcpy(&bits, sc + t, 2);
-            const float s = f16_to_f32(bits);
-            for (int r = 0; r < kRows; ++r) {
-              wb[r * B + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
-            }
+            sum[r][0][k][p] = DotBytes(di, DotBytes(di, sum[r][0][k][p], first4[k][p], hi0), last4[k][p], hi1);
+            sum[r][1][k][p] = DotBytes(di, DotBytes(di, sum[r][1][k][p], first4[k][p], lo0), last4[k][p], lo1);
           }
         }
       }
-      const int c_end = std::min(C, (g + 1) * (q4::kGroup / q4::kChunk));
-      for (int c = g * (q4::kGroup / q4::kChunk); c < c_end; ++c) {
-        AccumulateHalfChunk<0, kRows>(table, run, bb, nb, c, W, acc, acc_stride);
-        AccumulateHalfChunk<1, kRows>(table, run, bb, nb, c, W, acc, acc_stride);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const VF factor = hn::Set(df, W.factor[r]), offset = hn::Set(df, W.offset[r]);
+    for (int k = 0; k < kNcc; ++k) {
+      for (int p = 0; p < kParts; ++p) {
+        // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
+        const VI joined = hn::Add(hn::ShiftLeft<8>(sum[r][0][k][p]), sum[r][1][k][p]);
+        float* a = acc + size_t(r) * acc_stride + size_t(cc0 + k) * q4::values::kChunk + p * kLanes;
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), factor, hn::Add(hn::LoadU(df, a), offset)), df, a);
+      }
+    }
+  }
+}
+
+// acc rows += sum over tokens [i0, i1) of w * v, for kRows rows. Values have channels in the
+// lanes (q4_layout.h): per half-block, the codes of tokens 0..3 and 4..7 of every channel are
+// masked out as bytes and multiplied by the four tokens' weight bytes with DotBytes, once per
+// weight plane, summing over tokens inside each lane. The integer sums of a run (per row, plane
+// and 16 channels) are joined (hi * 256 + lo, below 2^31) and turned to float once per run.
+template <int kRows>
+void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int64_t i0, int64_t i1, int d, float* acc,
+                    size_t acc_stride) {
+  constexpr int B = q4::kBlockTokens;
+  const size_t bb = q4::values::block_bytes(d);
+  const int VC = q4::values::n_chunks(d), G = q4::n_groups(d);
+  RunWeights<kRows> W;
+  for (int64_t b0 = i0 / B; b0 * B < i1; b0 += kRunBlocks) {
+    const int nb = int(std::min<int64_t>(kRunBlocks, (i1 + B - 1) / B - b0));
+    const uint8_t* run = blocks + size_t(b0) * bb;
+    // The bytes after this run (the next run, or the start of the caller's next call: attention
+    // asks for one run at a time) are asked for while this run is computed, a share with each
+    // group and block; a burst of a whole run's prefetches would fill the line-fill buffers and
+    // stall. A prefetch past the end of the cache's memory is harmless: prefetches never fault.
+    const size_t next_bytes = size_t(nb) * bb;
+    NormalizeRunWeights<kRows>(w, w_stride, i0, i1, b0, nb, &W);
+    for (int g = 0; g < G; ++g) {
+      StageRunWeights<kRows>(run, nb, d, g, &W);
+      const int cc0 = 2 * g;
+      if (cc0 + 1 < VC) {
+        AccumulateGroup<kRows, 2>(run, bb, nb, cc0, W, acc, acc_stride, run + size_t(nb) * bb, next_bytes, g, G);
+      } else {
+        AccumulateGroup<kRows, 1>(run, bb, nb, cc0, W, acc, acc_stride, run + size_t(nb) * bb, next_bytes, g, G);
       }
     }
   }
@@ -272,9 +393,6 @@ HWY_EXPORT(Q4Accumulate);
 
 namespace {
 
-// The padded width: query states and accumulators cover whole 8-channel chunks.
-int padded(int d) { return q4::n_chunks(d) * q4::kChunk; }
-
 void check_dim(int d) {
   VQ_CHECK(d <= q4::kGroup * q4::kMaxGroups, fmt::format("q4: head_dim {} above 2048", d));
 }
@@ -293,14 +411,15 @@ class Q4KeyCodec final : public KeyCodec {
     q4::encode_token(key, d_, slot, block);
   }
   void decode(const uint8_t* block, int64_t, float* keys) const override { q4::decode_block(block, d_, keys); }
-  size_t query_state_floats() const override { return size_t(padded(d_)); }
+  // The state is q4::QueryState's 32-bit words, kept in the float array the contract provides.
+  size_t query_state_floats() const override { return q4::QueryState::words(d_); }
   void prepare_query(const float* q, float* state) const override {
-    std::copy_n(q, d_, state);
-    std::fill(state + d_, state + padded(d_), 0.0f);
+    q4::QueryState::prepare(q, d_, state);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    HWY_DYNAMIC_DISPATCH(Q4Scores)(states, n_q, size_t(padded(d_)), blocks, i0, i1, d_, out, out_stride);
+    HWY_DYNAMIC_DISPATCH(Q4Scores)(states, n_q, q4::QueryState::words(d_), blocks,
+                                   i0, i1, d_, out, out_stride);
   }
 
  private:
@@ -312,22 +431,22 @@ class Q4ValueCodec final : public ValueCodec {
   explicit Q4ValueCodec(int d) : d_(d) { check_dim(d); }
   int head_dim() const override { return d_; }
   int block_tokens() const override { return q4::kBlockTokens; }
-  size_t block_bytes() const override { return q4::block_bytes(d_); }
+  size_t block_bytes() const override { return q4::values::block_bytes(d_); }
   void encode(const float* values, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < q4::kBlockTokens; ++t) q4::encode_token(values + size_t(t) * d_, d_, t, block);
+    for (int t = 0; t < q4::kBlockTokens; ++t) q4::values::encode_token(values + size_t(t) * d_, d_, t, block);
   }
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
-    q4::encode_token(value, d_, slot, block);
+    q4::values::encode_token(value, d_, slot, block);
   }
-  void decode(const uint8_t* block, int64_t, float* values) const override { q4::decode_block(block, d_, values); }
-  size_t accum_floats() const override { return size_t(padded(d_)); }
+  void decode(const uint8_t* block, int64_t, float* values) const override { q4::values::decode_block(block, d_, values); }
+  size_t accum_floats() const override { return size_t(q4::values::n_chunks(d_)) * q4::values::kChunk; }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
     HWY_DYNAMIC_DISPATCH(Q4Accumulate)(w, w_stride, n_q, blocks, i0, i1, d_, acc, accum_floats());
   }
   void finalize(const float* acc, int n_q, float* out) const override {
-    for (int r = 0; r < n_q; ++r) std::copy_n(acc + size_t(r) * padded(d_), d_, out + size_t(r) * d_);
+    for (int r = 0; r < n_q; ++r) std::copy_n(acc + r * accum_floats(), d_, out + size_t(r) * d_);
   }
 
  private:
@@ -343,7 +462,8 @@ const MethodDef& q4_method() {
       [](const ParamValues& v) {
         return make_baseline({[](int d) -> std::unique_ptr<KeyCodec> { return std::make_unique<Q4KeyCodec>(d); },
                               [](int d) -> std::unique_ptr<ValueCodec> { return std::make_unique<Q4ValueCodec>(d); },
-                              [](int d) { return q4::bits_per_element(d); }},
+                              [](int d) { return q4::bits_per_element(d); },
+                              [](int d) { return q4::values::bits_per_element(d); }},
                              v);
       }};
   return def;
