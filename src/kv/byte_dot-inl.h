@@ -51,6 +51,21 @@ HWY_INLINE hn::Vec<DI> DotBytes(DI di, hn::Vec<DI> acc, hn::Vec<DI> u, hn::Vec<D
 #endif
 }
 
+// DotBytes(acc, u, Set(*s32)): the signed bytes are the four of one 32-bit word in memory, given
+// to every lane. On AVX3_DL the word is an embedded broadcast operand of vpdpbusd, so it takes
+// no register (the kernels keep many accumulators live; GCC does not fold the broadcast itself).
+template <class DI>
+HWY_INLINE hn::Vec<DI> DotBytesWord(DI di, hn::Vec<DI> acc, hn::Vec<DI> u, const int32_t* s32) {
+#if HWY_TARGET == HWY_AVX3_DL
+  (void)di;
+  __m512i r = acc.raw;
+  __asm__("vpdpbusd %[s]%{1to16%}, %[u], %[r]" : [r] "+v"(r) : [u] "v"(u.raw), [s] "m"(*s32));
+  return hn::Vec<DI>{r};
+#else
+  return DotBytes(di, acc, u, hn::Set(di, *s32));
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv
 HWY_AFTER_NAMESPACE();

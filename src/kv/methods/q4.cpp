@@ -52,58 +52,72 @@ static_assert(q4::kBlockTokens % kLanes == 0, "16 tokens must be whole vectors")
 // integer sums are joined (high * 256 + low: exact below 2^24), turned to float once, scaled by
 // the query's group scale, offset by -8 * (the group's query sum), and weighted by the tokens'
 // fp16 scales.
-template <int kRows>
-HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, size_t qs, const uint8_t* HWY_RESTRICT blk, int d,
-                           float* HWY_RESTRICT out, size_t out_stride) {
+// One group's kChunks chunks (4, or fewer in a ragged last group) of the 16 tokens, added to acc.
+// A compile-time trip count lets the chunk loop unroll with the sums fixed in registers.
+template <int kRows, int kChunks>
+HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_t* HWY_RESTRICT words,
+                           const hwy::float16_t* HWY_RESTRICT scales, int C, int g, VF (*acc)[kParts]) {
   const DF df;
   const DU du;
   const DI di;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  const int C = q4::n_chunks(d), G = q4::n_groups(d);
+  const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
+  // Sums per row and byte plane (hi, lo): eight chains at four rows; the chains of successive
+  // blocks overlap out of order.
+  VI sum[kRows][2][kParts];
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      for (int p = 0; p < kParts; ++p) sum[r][k][p] = hn::Zero(di);
+    }
+  }
+  const int c0 = g * (q4::kGroup / q4::kChunk);
+  for (int i = 0; i < kChunks; ++i) {
+    const int c = c0 + i;
+    VI codes[2][kParts];  // even and odd channels' codes, one byte each
+    for (int p = 0; p < kParts; ++p) {
+      const VU x = hn::LoadU(du, words + c * q4::kBlockTokens + p * kLanes);
+      codes[0][p] = hn::BitCast(di, hn::And(x, low_nibbles));
+      codes[1][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
+    }
+    for (int r = 0; r < kRows; ++r) {
+      // hi even, hi odd, lo even, lo odd: bits kept in the float state array, read through a
+      // may_alias type so that each becomes one broadcast load
+      const AliasedI32* w = reinterpret_cast<const AliasedI32*>(q + size_t(r) * qs + q4::QueryState::chunk_word(c, 0));
+      for (int k = 0; k < 4; ++k) {
+        for (int p = 0; p < kParts; ++p) sum[r][k / 2][p] = DotBytesWord(di, sum[r][k / 2][p], codes[k % 2][p], w + k);
+      }
+    }
+  }
+  for (int p = 0; p < kParts; ++p) {
+    const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + g * q4::kBlockTokens + p * kLanes));
+    for (int r = 0; r < kRows; ++r) {
+      const float* f = q + size_t(r) * qs + q4::QueryState::group_word(C, g);
+      const VI joined = hn::Add(hn::ShiftLeft<8>(sum[r][0][p]), sum[r][1][p]);  // exact: |joined| < 2^24
+      const VF part = hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, f[0]), hn::Set(df, f[1]));
+      acc[r][p] = hn::MulAdd(s, part, acc[r][p]);
+    }
+  }
+}
+
+template <int kRows>
+HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, size_t qs, const uint8_t* HWY_RESTRICT blk, int d,
+                           float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const int C = q4::n_chunks(d);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
   const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk + q4::codes_bytes(d));
-  const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
   VF acc[kRows][kParts];
   for (int r = 0; r < kRows; ++r) {
     for (int p = 0; p < kParts; ++p) acc[r][p] = hn::Zero(df);
   }
-  for (int g = 0; g < G; ++g) {
-    // Sums per row, byte plane (hi, lo) and channel parity: sixteen independent chains at four
-    // rows, enough to cover the dot product's latency.
-    VI sum[kRows][4][kParts];
-    for (int r = 0; r < kRows; ++r) {
-      for (int k = 0; k < 4; ++k) {
-        for (int p = 0; p < kParts; ++p) sum[r][k][p] = hn::Zero(di);
-      }
-    }
-    const int c_end = std::min(C, (g + 1) * (q4::kGroup / q4::kChunk));
-    for (int c = g * (q4::kGroup / q4::kChunk); c < c_end; ++c) {
-      VI codes[2][kParts];  // even and odd channels' codes, one byte each
-      for (int p = 0; p < kParts; ++p) {
-        const VU x = hn::LoadU(du, words + c * q4::kBlockTokens + p * kLanes);
-        codes[0][p] = hn::BitCast(di, hn::And(x, low_nibbles));
-        codes[1][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
-      }
-      for (int r = 0; r < kRows; ++r) {
-        // hi even, hi odd, lo even, lo odd: bits kept in the float state array, read through a
-        // may_alias type so that each becomes one broadcast load
-        const AliasedI32* w = reinterpret_cast<const AliasedI32*>(q + size_t(r) * qs + q4::QueryState::chunk_word(c, 0));
-        for (int k = 0; k < 4; ++k) {
-          const VI qw = hn::Set(di, w[k]);
-          for (int p = 0; p < kParts; ++p) sum[r][k][p] = DotBytes(di, sum[r][k][p], codes[k % 2][p], qw);
-        }
-      }
-    }
-    for (int p = 0; p < kParts; ++p) {
-      const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + g * q4::kBlockTokens + p * kLanes));
-      for (int r = 0; r < kRows; ++r) {
-        const float* f = q + size_t(r) * qs + q4::QueryState::group_word(C, g);
-        const VI hi = hn::Add(sum[r][0][p], sum[r][1][p]), lo = hn::Add(sum[r][2][p], sum[r][3][p]);
-        const VI joined = hn::Add(hn::ShiftLeft<8>(hi), lo);  // exact: |joined| < 2^24
-        const VF part = hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, f[0]), hn::Set(df, f[1]));
-        acc[r][p] = hn::MulAdd(s, part, acc[r][p]);
-      }
-    }
+  constexpr int kPerGroup = q4::kGroup / q4::kChunk;
+  const int full = C / kPerGroup;
+  for (int g = 0; g < full; ++g) ScoreGroup<kRows, kPerGroup>(q, qs, words, scales, C, g, acc);
+  switch (C % kPerGroup) {
+    case 1: ScoreGroup<kRows, 1>(q, qs, words, scales, C, full, acc); break;
+    case 2: ScoreGroup<kRows, 2>(q, qs, words, scales, C, full, acc); break;
+    case 3: ScoreGroup<kRows, 3>(q, qs, words, scales, C, full, acc); break;
+    default: break;
   }
   for (int r = 0; r < kRows; ++r) {
     for (int p = 0; p < kParts; ++p) hn::StoreU(acc[r][p], df, out + size_t(r) * out_stride + p * kLanes);
@@ -308,12 +322,10 @@ HWY_INLINE void AccumulateGroup(const uint8_t* HWY_RESTRICT run, size_t bb, int 
       for (int r = 0; r < kRows; ++r) {
         const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][0][8 * h]);
         const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][1][8 * h]);
-        const VI hi0 = hn::Set(di, hi[0]), hi1 = hn::Set(di, hi[1]);
-        const VI lo0 = hn::Set(di, lo[0]), lo1 = hn::Set(di, lo[1]);
         for (int k = 0; k < kNcc; ++k) {
           for (int p = 0; p < kParts; ++p) {
-            sum[r][0][k][p] = DotBytes(di, DotBytes(di, sum[r][0][k][p], first4[k][p], hi0), last4[k][p], hi1);
-            sum[r][1][k][p] = DotBytes(di, DotBytes(di, sum[r][1][k][p], first4[k][p], lo0), last4[k][p], lo1);
+            sum[r][0][k][p] = DotBytesWord(di, DotBytesWord(di, sum[r][0][k][p], first4[k][p], hi), last4[k][p], hi + 1);
+            sum[r][1][k][p] = DotBytesWord(di, DotBytesWord(di, sum[r][1][k][p], first4[k][p], lo), last4[k][p], lo + 1);
           }
         }
       }
