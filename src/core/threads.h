@@ -26,7 +26,7 @@ void parallel_for(int64_t n, Fn&& fn) {
   {
     flush_denormals();
     // Chunks of several items keep the scheduling cost small when items are many and short.
-    const int64_t chunk = std::max<int64_t>(1, n / (64 * int64_t(omp_get_num_threads())));
+    const int64_t chunk = std::max<int64_t>(1, n / (16 * int64_t(omp_get_num_threads())));
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t i = 0; i < n; ++i) fn(i);
   }

@@ -24,7 +24,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kRowBlock = 256;         // query rows per work item
-constexpr int64_t kChunkTokens = 2048;  // positions per work item when there is one row block
+constexpr int64_t kChunkTokens = 4096;  // positions per work item when there is one row block
 
 // The online-softmax state of a block of query rows over part of the context.
 struct Partial {
