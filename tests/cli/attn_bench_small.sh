@@ -14,5 +14,7 @@ for r in j["results"]:
     for k in ("spec", "bits_per_element", "kv_bytes", "us_per_token", "gbps"):
         assert k in r, k
     assert r["us_per_token"] > 0 and r["kv_bytes"] > 0
+    # speed-up: median of per-round paired ratios, within their range
+    assert r["speedup_vs_fp16_min"] <= r["speedup_vs_fp16"] <= r["speedup_vs_fp16_max"]
 assert j["results"][1]["kv_bytes"] < j["results"][0]["kv_bytes"]
 PY
