@@ -113,8 +113,10 @@ struct QueryState {
       int64_t held = 0;  // sum of 256 * hi + lo
       for (int j = j0; j < j1 && s > 0; ++j) {
         const double t = double(q[j]) / s;
-        int h = int(std::lround(t));
-        int l = int(std::lround((t - h) * 256.0));
+        // Rounding half away from zero, as lround, without the library call (it runs per step).
+        const auto round = [](double v) { return int(v + (v >= 0 ? 0.5 : -0.5)); };
+        int h = round(t);
+        int l = round((t - h) * 256.0);
         if (l == 128) {  // t = h + 0.5 exactly: h + 1 stays within 127 because |t| <= 127
           h += 1;
           l = -128;
