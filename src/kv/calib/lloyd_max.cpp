@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "veloxquant/error.h"
@@ -14,19 +15,19 @@ namespace vq::kv {
 
 namespace {
 
-LloydMax solve(int d, int bits) {
-  // The density on a fine grid over [-w, w], w = min(1, 12 standard deviations): beyond that
-  // its mass is below 1e-30. Midpoint rule; prefix sums of f and t f give each cell's mass and
-  // mean in O(1).
-  const double sd = 1.0 / std::sqrt(double(d));
-  const double w = std::min(1.0, 12.0 * sd);
+// Lloyd's iteration for the 2^bits-level quantizer of the symmetric density exp(log_f(t)) (not
+// necessarily normalized) on [-w, w], outside which its mass is negligible; sd is its standard
+// deviation (the scale of the starting levels and of the stopping rule).
+template <typename LogDensity>
+LloydMax solve(LogDensity log_f, double sd, double w, int bits) {
+  // The density on a fine grid, midpoint rule; prefix sums of f and t f give each cell's mass
+  // and mean in O(1).
   constexpr int kGrid = 1 << 18;
   const double h = 2.0 * w / kGrid;
-  const double log_norm = std::lgamma(d / 2.0) - 0.5 * std::log(M_PI) - std::lgamma((d - 1) / 2.0);
   std::vector<double> F(kGrid + 1, 0.0), T(kGrid + 1, 0.0), Q(kGrid + 1, 0.0);
   for (int i = 0; i < kGrid; ++i) {
     const double t = -w + (i + 0.5) * h;
-    const double f = std::exp(log_norm + 0.5 * (d - 3) * std::log1p(-t * t)) * h;
+    const double f = std::exp(log_f(t)) * h;
     F[size_t(i) + 1] = F[size_t(i)] + f;
     T[size_t(i) + 1] = T[size_t(i)] + t * f;
     Q[size_t(i) + 1] = Q[size_t(i)] + t * t * f;
@@ -66,17 +67,54 @@ LloydMax solve(int d, int bits) {
   return r;
 }
 
+LloydMax solve_sphere(int d, int bits) {
+  // w = min(1, 12 standard deviations): beyond that the mass is below 1e-30.
+  const double sd = 1.0 / std::sqrt(double(d));
+  const double log_norm = std::lgamma(d / 2.0) - 0.5 * std::log(M_PI) - std::lgamma((d - 1) / 2.0);
+  return solve([&](double t) { return log_norm + 0.5 * (d - 3) * std::log1p(-t * t); }, sd, std::min(1.0, 12.0 * sd),
+               bits);
+}
+
+enum Family { kSphere, kGaussian, kLaplace };
+
+const LloydMax& cached(Family family, int d, int bits) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, LloydMax> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(int(family), d, bits);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  LloydMax q;
+  switch (family) {
+    case kSphere: q = solve_sphere(d, bits); break;
+    // Unit variance; 12 standard deviations hold all but 1e-32 of the mass.
+    case kGaussian: q = solve([](double t) { return -0.5 * t * t; }, 1.0, 12.0, bits); break;
+    // Unit variance: scale 1/sqrt(2); the tail beyond 40 holds e^-56 of the mass.
+    case kLaplace: q = solve([](double t) { return -M_SQRT2 * std::fabs(t); }, 1.0, 40.0, bits); break;
+  }
+  return cache.emplace(key, std::move(q)).first->second;
+}
+
+void check_bits(int bits) {
+  VQ_CHECK(bits >= 1 && bits <= 8, fmt::format("Lloyd-Max: bits = {} is out of range [1, 8]", bits));
+}
+
 }  // namespace
 
 const LloydMax& lloyd_max_sphere(int d, int bits) {
   VQ_CHECK(d >= 3 && d <= 65536 && bits >= 1 && bits <= 8,
            fmt::format("Lloyd-Max: d = {} and bits = {} are out of range", d, bits));
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, LloydMax> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({d, bits});
-  if (it == cache.end()) it = cache.emplace(std::make_pair(d, bits), solve(d, bits)).first;
-  return it->second;
+  return cached(kSphere, d, bits);
+}
+
+const LloydMax& lloyd_max_gaussian(int bits) {
+  check_bits(bits);
+  return cached(kGaussian, 0, bits);
+}
+
+const LloydMax& lloyd_max_laplace(int bits) {
+  check_bits(bits);
+  return cached(kLaplace, 0, bits);
 }
 
 }  // namespace vq::kv

@@ -20,4 +20,10 @@ struct LloydMax {
 // d >= 3, 1 <= bits <= 8. Deterministic; the result is computed once per (d, bits).
 const LloydMax& lloyd_max_sphere(int d, int bits);
 
+// The same for the unit-variance Gaussian and the unit-variance Laplace density
+// (f(t) = exp(-sqrt(2)|t|) / sqrt(2)), which TurboQuant-RVQ's two stages use; vector_mse does
+// not apply (coordinate_mse is per unit variance). 1 <= bits <= 8.
+const LloydMax& lloyd_max_gaussian(int bits);
+const LloydMax& lloyd_max_laplace(int bits);
+
 }  // namespace vq::kv

@@ -1,0 +1,155 @@
+// What the TurboQuant family shares once a vector has been rotated (the rotation itself is the
+// rotate_keys/rotate_values wrapper around these codecs): each token is a row holding its norm
+// (fp16) and one code per coordinate of its unit direction, the codes stored as bit planes; a
+// code stands for a level of a table of 2^bits floats. The stages differ only in how a unit
+// direction is turned into codes (nearest Lloyd–Max level for TurboQuant-MSE, two residual
+// stages for TurboQuant-RVQ) and in the table; scoring and accumulation read the codes through
+// the table, a tile of tokens at a time, never building the run in fp16.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "src/core/fp16.h"
+#include "src/kv/decode_tiles.h"
+#include "src/kv/f16_kernels.h"
+#include "src/kv/lut_kernels.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+inline constexpr int kTurboBlockTokens = 16;
+
+class TurboRows {
+ public:
+  static constexpr int kMaxDim = 4096;
+  // quantize(u, codes): codes (< 2^bits) of the d coordinates of the unit vector u.
+  using Quantizer = std::function<void(const float* u, uint8_t* codes)>;
+
+  TurboRows(int d, int bits, std::vector<float> table, Quantizer quantize, size_t param_bytes)
+      : d_(d), bits_(bits), table_(std::move(table)), quantize_(std::move(quantize)),
+        row_(2 + size_t(bits) * plane_bytes(d)), param_bytes_(param_bytes) {}
+  int head_dim() const { return d_; }
+  size_t row_bytes() const { return row_; }
+  size_t param_bytes() const { return param_bytes_; }
+
+  void encode(const float* x, uint8_t* row) const {
+    double ss = 0;
+    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
+    const float norm = float(std::sqrt(ss));
+    const uint16_t h = f32_to_f16(std::min(norm, 65504.0f));
+    std::memcpy(row, &h, 2);
+    float u[kMaxDim];  // d <= kMaxDim is checked by the methods
+    uint8_t codes[kMaxDim];
+    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+    for (int j = 0; j < d_; ++j) u[j] = x[j] * inv;
+    quantize_(u, codes);
+    pack_planes(codes, d_, bits_, row + 2);
+  }
+  void decode(const uint8_t* row, float* x) const {
+    uint16_t h;
+    std::memcpy(&h, row, 2);
+    lut_affine_planes(row + 2, d_, bits_, table_.data(), 0.0f, f16_to_f32(h), x);
+  }
+  // Tokens [i0, i1) of a run of blocks decoded a tile at a time (decode_tiles.h), handed to fn.
+  template <typename Fn>
+  void tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
+    decode_tiles(
+        i0, i1, d_,
+        [&](int64_t i, float* x) {
+          decode(blocks + size_t(i / kTurboBlockTokens) * kTurboBlockTokens * row_ +
+                     size_t(i % kTurboBlockTokens) * row_,
+                 x);
+        },
+        fn);
+  }
+
+ private:
+  int d_, bits_;
+  std::vector<float> table_;
+  Quantizer quantize_;
+  size_t row_, param_bytes_;
+};
+
+// Blocks of kTurboBlockTokens rows; every token is coded on its own, so a token is compressed as
+// soon as it leaves the window.
+class TurboKeyCodec final : public KeyCodec {
+ public:
+  explicit TurboKeyCodec(TurboRows rows) : rows_(std::move(rows)) {}
+  int head_dim() const override { return rows_.head_dim(); }
+  int block_tokens() const override { return kTurboBlockTokens; }
+  size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* keys, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) encode_token(keys + size_t(t) * head_dim(), 0, t, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* key, int64_t, int slot, uint8_t* block) const override {
+    rows_.encode(key, block + size_t(slot) * rows_.row_bytes());
+  }
+  void decode(const uint8_t* block, int64_t, float* keys) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) {
+      rows_.decode(block + size_t(t) * rows_.row_bytes(), keys + size_t(t) * head_dim());
+    }
+  }
+  size_t query_state_floats() const override { return size_t(head_dim()); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const int d = head_dim();
+    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+      float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
+    });
+  }
+
+ private:
+  TurboRows rows_;
+};
+
+class TurboValueCodec final : public ValueCodec {
+ public:
+  explicit TurboValueCodec(TurboRows rows) : rows_(std::move(rows)) {}
+  int head_dim() const override { return rows_.head_dim(); }
+  int block_tokens() const override { return kTurboBlockTokens; }
+  size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* values, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) encode_token(values + size_t(t) * head_dim(), 0, t, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
+    rows_.encode(value, block + size_t(slot) * rows_.row_bytes());
+  }
+  void decode(const uint8_t* block, int64_t, float* values) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) {
+      rows_.decode(block + size_t(t) * rows_.row_bytes(), values + size_t(t) * head_dim());
+    }
+  }
+  size_t accum_floats() const override { return size_t(head_dim()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    const int d = head_dim();
+    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+      float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, size_t(d));
+    });
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * head_dim(), out);
+  }
+
+ private:
+  TurboRows rows_;
+};
+
+// Bits per element of a row: the codes plus the fp16 norm.
+inline double turbo_row_bits(int d, int code_bits) {
+  return 8.0 * double(2 + size_t(code_bits) * plane_bytes(d)) / d;
+}
+
+}  // namespace vq::kv
