@@ -20,6 +20,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &kvquant_method(),
       &turbo_method(),
       &turbo_rvq_method(),
+      &polar_method(),
   };
   return methods;
 }

@@ -41,7 +41,8 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
   for (const char* spec : {"kivi", "kivi:kbits=3,vbits=4,group=64", "kivi:kaxis=token", "k=kivi,v=q8"}) {
     check_formula(spec, 128, 32768);
   }
-  for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2", "turbo-rvq", "turbo-rvq:bits=1"}) {
+  for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2", "turbo-rvq", "turbo-rvq:bits=1",
+                           "polar", "polar:levels=2,bits1=3"}) {
     check_formula(spec, 128, 32768);
   }
   // KVQuant, calibrated on synthetic tokens, under RoPE.

@@ -75,7 +75,7 @@ LloydMax solve_sphere(int d, int bits) {
                bits);
 }
 
-enum Family { kSphere, kGaussian, kLaplace };
+enum Family { kSphere, kGaussian, kLaplace, kPolar };
 
 const LloydMax& cached(Family family, int d, int bits) {
   static std::mutex mu;
@@ -91,6 +91,16 @@ const LloydMax& cached(Family family, int d, int bits) {
     case kGaussian: q = solve([](double t) { return -0.5 * t * t; }, 1.0, 12.0, bits); break;
     // Unit variance: scale 1/sqrt(2); the tail beyond 40 holds e^-56 of the mass.
     case kLaplace: q = solve([](double t) { return -M_SQRT2 * std::fabs(t); }, 1.0, 40.0, bits); break;
+    // d is the level: the angle psi in [0, pi/2] has density proportional to sin^(n-1)(2 psi),
+    // n = 2^(level-1); in t = psi - pi/4 that is cos^(n-1)(2t) on [-pi/4, pi/4], whose standard
+    // deviation is about 1/(2 sqrt(n)) for large n (and below pi/12 for every n >= 2).
+    case kPolar: {
+      const double n = std::ldexp(1.0, d - 1);
+      q = solve([n](double t) { return (n - 1) * std::log(std::cos(2 * t)); }, std::min(M_PI / 12, 0.5 / std::sqrt(n)),
+                M_PI / 4, bits);
+      for (float& l : q.levels) l += float(M_PI / 4);
+      break;
+    }
   }
   return cache.emplace(key, std::move(q)).first->second;
 }
@@ -115,6 +125,12 @@ const LloydMax& lloyd_max_gaussian(int bits) {
 const LloydMax& lloyd_max_laplace(int bits) {
   check_bits(bits);
   return cached(kLaplace, 0, bits);
+}
+
+const LloydMax& lloyd_max_polar_angle(int level, int bits) {
+  check_bits(bits);
+  VQ_CHECK(level >= 2 && level <= 16, fmt::format("Lloyd-Max: polar angle level {} is out of range [2, 16]", level));
+  return cached(kPolar, level, bits);
 }
 
 }  // namespace vq::kv

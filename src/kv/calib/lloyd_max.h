@@ -26,4 +26,10 @@ const LloydMax& lloyd_max_sphere(int d, int bits);
 const LloydMax& lloyd_max_gaussian(int bits);
 const LloydMax& lloyd_max_laplace(int bits);
 
+// PolarQuant's angles at recursion level >= 2 (Han et al., 2025, Lemma 2): for a Gaussian (or
+// uniformly random) vector, the level-l angle psi = atan2(r_b, r_a) between two level-(l-1) radii,
+// each the norm of n = 2^(l-1) coordinates, lies in [0, pi/2] with density proportional to
+// sin^(n-1)(2 psi). Levels are angles in [0, pi/2]. 2 <= level <= 16.
+const LloydMax& lloyd_max_polar_angle(int level, int bits);
+
 }  // namespace vq::kv

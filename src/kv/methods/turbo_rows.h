@@ -57,19 +57,6 @@ class TurboRows {
     std::memcpy(&h, row, 2);
     lut_affine_planes(row + 2, d_, bits_, table_.data(), 0.0f, f16_to_f32(h), x);
   }
-  // Tokens [i0, i1) of a run of blocks decoded a tile at a time (decode_tiles.h), handed to fn.
-  template <typename Fn>
-  void tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
-    decode_tiles(
-        i0, i1, d_,
-        [&](int64_t i, float* x) {
-          decode(blocks + size_t(i / kTurboBlockTokens) * kTurboBlockTokens * row_ +
-                     size_t(i % kTurboBlockTokens) * row_,
-                 x);
-        },
-        fn);
-  }
-
  private:
   int d_, bits_;
   std::vector<float> table_;
@@ -77,11 +64,27 @@ class TurboRows {
   size_t row_, param_bytes_;
 };
 
-// Blocks of kTurboBlockTokens rows; every token is coded on its own, so a token is compressed as
-// soon as it leaves the window.
-class TurboKeyCodec final : public KeyCodec {
+// Tokens [i0, i1) of a run of blocks of kTurboBlockTokens rows decoded a tile at a time
+// (decode_tiles.h) and handed to fn.
+template <typename Rows, typename Fn>
+void decode_row_tiles(const Rows& rows, const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) {
+  const size_t row = rows.row_bytes();
+  decode_tiles(
+      i0, i1, rows.head_dim(),
+      [&](int64_t i, float* x) {
+        rows.decode(blocks + size_t(i / kTurboBlockTokens) * kTurboBlockTokens * row + size_t(i % kTurboBlockTokens) * row,
+                    x);
+      },
+      fn);
+}
+
+// Codecs over blocks of kTurboBlockTokens rows, for any Rows type with head_dim(), row_bytes(),
+// param_bytes(), encode(x, row) and decode(row, x). Every token is coded on its own, so a token is
+// compressed as soon as it leaves the window.
+template <typename Rows>
+class RowKeyCodec final : public KeyCodec {
  public:
-  explicit TurboKeyCodec(TurboRows rows) : rows_(std::move(rows)) {}
+  explicit RowKeyCodec(Rows rows) : rows_(std::move(rows)) {}
   int head_dim() const override { return rows_.head_dim(); }
   int block_tokens() const override { return kTurboBlockTokens; }
   size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
@@ -103,18 +106,19 @@ class TurboKeyCodec final : public KeyCodec {
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
     const int d = head_dim();
-    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(rows_, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
     });
   }
 
  private:
-  TurboRows rows_;
+  Rows rows_;
 };
 
-class TurboValueCodec final : public ValueCodec {
+template <typename Rows>
+class RowValueCodec final : public ValueCodec {
  public:
-  explicit TurboValueCodec(TurboRows rows) : rows_(std::move(rows)) {}
+  explicit RowValueCodec(Rows rows) : rows_(std::move(rows)) {}
   int head_dim() const override { return rows_.head_dim(); }
   int block_tokens() const override { return kTurboBlockTokens; }
   size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
@@ -135,7 +139,7 @@ class TurboValueCodec final : public ValueCodec {
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
     const int d = head_dim();
-    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(rows_, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, size_t(d));
     });
   }
@@ -144,8 +148,11 @@ class TurboValueCodec final : public ValueCodec {
   }
 
  private:
-  TurboRows rows_;
+  Rows rows_;
 };
+
+using TurboKeyCodec = RowKeyCodec<TurboRows>;
+using TurboValueCodec = RowValueCodec<TurboRows>;
 
 // Bits per element of a row: the codes plus the fp16 norm.
 inline double turbo_row_bits(int d, int code_bits) {
