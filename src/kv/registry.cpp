@@ -21,6 +21,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &turbo_method(),
       &turbo_rvq_method(),
       &polar_method(),
+      &vecinfer_method(),
   };
   return methods;
 }

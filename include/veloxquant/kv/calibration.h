@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "veloxquant/kv/codec.h"
+
 namespace vq::kv {
 
 struct LayerCalibration {
@@ -16,6 +18,10 @@ struct LayerCalibration {
   std::vector<float> key_lo, key_hi;
   // Non-uniform datatypes: the levels (ascending) of normalized keys and values.
   std::vector<float> key_levels, value_levels;
+  // Vector quantizers: per key channel a smoothing divisor (positive), and codebooks of
+  // centroids per sub-vector, laid out [sub-vector][centroid][coordinate].
+  std::vector<float> key_smooth;
+  std::vector<float> key_codebook, value_codebook;
 };
 
 // Which model a calibration belongs to: a calibration is refused for any other.
@@ -42,6 +48,10 @@ struct LayerSamples {
   int64_t n_tokens = 0;
   std::vector<float> keys;    // [n_tokens][n_kv_heads][head_dim], before RoPE
   std::vector<float> values;  // [n_tokens][n_kv_heads][head_dim]
+  // Each token's position and the layer's rotary embedding, so that a method that stores keys
+  // after RoPE (as the cache receives them) can turn the samples forward again.
+  std::vector<int64_t> positions;  // [n_tokens]
+  RopeSpec rope;
   // Sensitivity without gradients (this engine has no backward pass), what an error costs
   // attention: per key channel, the mean square of the RoPE-aligned queries that meet it (a
   // key error e in channel c moves a score by q_c e); per token and KV head, the sum over the

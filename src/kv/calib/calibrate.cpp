@@ -38,6 +38,8 @@ LayerSamples unweighted_samples(const LayerConfig& config, const float* keys, co
   s.n_tokens = n;
   s.keys.assign(keys, keys + size_t(n) * H * d);
   s.values.assign(values, values + size_t(n) * H * d);
+  s.rope = config.rope;
+  for (int64_t t = 0; t < n; ++t) s.positions.push_back(pos0 + t);
   const RopeTable rope(d, config.rope);
   for (int64_t t = 0; t < n; ++t) {
     for (int h = 0; h < H; ++h) rope.rotate(s.keys.data() + (size_t(t) * H + h) * d, pos0 + t, /*inverse=*/true);
@@ -88,6 +90,7 @@ SampleCollector::SampleCollector(const std::vector<LayerConfig>& layout) {
     l.rope = std::make_unique<RopeTable>(c.head_dim, c.rope);
     l.s.n_kv_heads = c.n_kv_heads;
     l.s.head_dim = c.head_dim;
+    l.s.rope = c.rope;
     l.s.key_channel_weight.assign(size_t(c.head_dim), 0.0);
     layers_.push_back(std::move(l));
   }
@@ -111,6 +114,7 @@ void SampleCollector::on_append(int layer, const float* k, const float* v, int n
     for (int h = 0; h < H; ++h) L.rope->rotate(L.s.keys.data() + at + size_t(t) * row + size_t(h) * d, pos0 + t, true);
   }
   L.s.values.insert(L.s.values.end(), v, v + size_t(n) * row);
+  for (int t = 0; t < n; ++t) L.s.positions.push_back(pos0 + t);
   L.s.value_token_weight.resize(L.s.value_token_weight.size() + size_t(n) * H, 0.0);
   L.s.n_tokens += n;
 }

@@ -1,5 +1,6 @@
-// Calibration files: a checked file ("VQCALIB1", version 1) whose payload is the spec, the model
-// identity, the source text's description, and per layer the key ranges and the two datatypes.
+// Calibration files: a checked file ("VQCALIB1", version 2) whose payload is the spec, the model
+// identity, the source text's description, and per layer the key ranges, the two datatypes, the
+// key smoothing divisors and the two vector codebooks (version 1 had no vector quantizers).
 // Everything read is validated before use: counts against their limits, floats finite, ranges
 // ordered, levels ascending.
 #include <fmt/format.h>
@@ -19,8 +20,9 @@ namespace vq::kv {
 namespace {
 
 constexpr char kMagic[9] = "VQCALIB1";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int64_t kMaxLayers = 4096, kMaxHeadDim = 4096, kMaxLevels = 256, kMaxHeads = 4096;
+constexpr int64_t kMaxVqCentroids = 256;
 constexpr float kMaxLevel = 16.0f;  // levels live near [-1, 1]; Q-Norm may move them a little
 
 void put_floats(ByteWriter& w, const std::vector<float>& v) {
@@ -61,6 +63,9 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
     put_floats(w, l.key_hi);
     put_floats(w, l.key_levels);
     put_floats(w, l.value_levels);
+    put_floats(w, l.key_smooth);
+    put_floats(w, l.key_codebook);
+    put_floats(w, l.value_codebook);
   }
   return w.data();
 }
@@ -97,6 +102,17 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
         r.check(std::fabs((*levels)[i]) <= kMaxLevel, "levels", "a level lies far outside [-1, 1]");
         r.check(i == 0 || (*levels)[i - 1] < (*levels)[i], "levels", "not strictly ascending");
       }
+    }
+    lc.key_smooth = get_floats(r, "key smoothing", 0, kMaxHeadDim);
+    r.check(lc.key_smooth.empty() || int(lc.key_smooth.size()) == lc.head_dim, "key smoothing", "not one per channel");
+    for (float x : lc.key_smooth) {
+      r.check(x > 0.0f && x <= 65504.0f, "key smoothing", fmt::format("divisor {} is not in (0, 65504]", x));
+    }
+    for (auto* book : {&lc.key_codebook, &lc.value_codebook}) {
+      // [sub-vector][centroid][coordinate]: head_dim floats per centroid index, at most 256.
+      *book = get_floats(r, "codebook", 0, kMaxVqCentroids * kMaxHeadDim);
+      r.check(book->size() % size_t(lc.head_dim) == 0, "codebook", "not a whole number of centroids per sub-vector");
+      for (float x : *book) r.check(std::fabs(x) <= 65504.0f, "codebook", "a centroid lies outside the fp16 range");
     }
     c.layers.push_back(std::move(lc));
   }

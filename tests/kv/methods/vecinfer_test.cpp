@@ -1,0 +1,129 @@
+// VecInfer: fused lookup-table scores and centroid-weight accumulation equal the plain reference
+// under RoPE; the encoder's register-resident search picks the centroid a brute-force search
+// picks (ties to the first); bits per element and block bytes agree; calibration survives the
+// file; the codec refuses to run uncalibrated.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "src/core/rng.h"
+#include "src/kv/calib/calibrate.h"
+#include "src/kv/rope_table.h"
+#include "src/kv/vq_kernels.h"
+#include "tests/kv/codec_harness.h"
+#include "veloxquant/error.h"
+#include "veloxquant/kv/cache.h"
+#include "veloxquant/kv/calibration.h"
+
+namespace vq::kv::testing {
+namespace {
+
+RopeSpec neox() {
+  RopeSpec r;
+  r.style = RopeSpec::Style::kNeox;
+  return r;
+}
+
+struct Calibrated {
+  Method method;
+  std::shared_ptr<const Calibration> calib;
+  CodecContext ctx(int seed = 3) const {
+    return CodecContext{calib->layers[0].head_dim, 0, uint64_t(seed), neox(), &calib->layers[0]};
+  }
+};
+
+// Calibrated on outlier-heavy synthetic keys rotated by RoPE at their positions, as a model's are.
+Calibrated calibrated(const std::string& spec, int d) {
+  const Method m = parse_method(spec);
+  const int n = 1024;
+  auto k = make_data(Data::kOutliers, n, d, 7), v = make_data(Data::kOutliers, n, d, 8);
+  const RopeTable table(d, neox());
+  for (int t = 0; t < n; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
+  const LayerConfig cfg(1, d, 0, 0, neox());
+  auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n, 0)},
+                                                   ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
+  return {m.with_calibration(c), c};
+}
+
+TEST(Method_vecinfer, FusedEqualsReference) {
+  for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4", "vecinfer:ksub=8,vsub=16,residual=16"}) {
+    for (int d : {64, 128, 256}) {
+      const Calibrated c = calibrated(spec, d);
+      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
+        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 2000 + uint64_t(d) + uint64_t(kind), 80);
+      }
+      check_block_bytes_match_formula(c.method, c.ctx());
+      check_single_token_encode(c.method, c.ctx());
+    }
+  }
+}
+
+TEST(Method_vecinfer, BitsPerElementAndRefusals) {
+  EXPECT_DOUBLE_EQ(parse_method("vecinfer").bits_per_element(128), 0.5 * (2.0 + 1.0));
+  EXPECT_DOUBLE_EQ(parse_method("vecinfer:ksub=2,vsub=4").bits_per_element(256), 3.0);
+  EXPECT_THROW(parse_method("vecinfer:kbits=4"), Error);
+  EXPECT_THROW(parse_method("vecinfer").keys().key_codec(CodecContext{128, 0, 1}), Error);  // uncalibrated
+  EXPECT_THROW(parse_method("vecinfer:ksub=3").keys().key_codec(CodecContext{128, 0, 1}), Error);
+}
+
+// Against a brute-force search in double precision: the chosen centroid is at the minimum
+// distance (up to float rounding of |c|^2 - 2 x.c), and of equal centroids the first is chosen.
+TEST(Method_vecinfer, EncoderPicksTheNearestCentroid) {
+  Rng rng(5);
+  for (int sub : {1, 2, 4, 8, 16}) {
+    const int k = 256;
+    std::vector<float> c(size_t(k) * sub), ct(c.size()), norms(static_cast<size_t>(k));
+    for (float& x : c) x = float(rng.normal());
+    for (int i = 0; i < 8; ++i) std::copy_n(c.data() + size_t(200 + i) * sub, sub, c.data() + size_t(40 + i) * sub);
+    for (int i = 0; i < k; ++i) {
+      double nn = 0;
+      for (int j = 0; j < sub; ++j) {
+        ct[size_t(j) * k + i] = c[size_t(i) * sub + j];
+        nn += double(c[size_t(i) * sub + j]) * c[size_t(i) * sub + j];
+      }
+      norms[size_t(i)] = float(nn);
+    }
+    int exact = 0;
+    for (int trial = 0; trial < 2000; ++trial) {
+      std::vector<float> x(static_cast<size_t>(sub));
+      // Every tenth query sits on a duplicated centroid: the first copy must win.
+      const int on = trial % 10 == 0 ? 200 + (trial / 10) % 8 : -1;
+      for (int j = 0; j < sub; ++j) x[size_t(j)] = on >= 0 ? c[size_t(on) * sub + j] : float(1.5 * rng.normal());
+      double best = std::numeric_limits<double>::infinity();
+      int best_i = -1;
+      std::vector<double> dist(static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i) {
+        double dd = 0;
+        for (int j = 0; j < sub; ++j) dd += std::pow(double(x[size_t(j)]) - c[size_t(i) * sub + j], 2);
+        dist[size_t(i)] = dd;
+        if (dd < best) best = dd, best_i = i;
+      }
+      const int got = nearest_centroid(ct.data(), norms.data(), k, sub, x.data());
+      ASSERT_GE(got, 0);
+      ASSERT_LT(got, k);
+      EXPECT_LE(dist[size_t(got)], best + 1e-5 * (1.0 + norms[size_t(best_i)])) << "sub " << sub << " trial " << trial;
+      if (on >= 0) {
+        EXPECT_EQ(got, on - 160) << "sub " << sub << ": of two equal centroids the first is chosen";
+      }
+      exact += got == best_i;
+    }
+    EXPECT_GE(exact, 1990) << "sub " << sub;  // ties aside, the same index
+  }
+}
+
+TEST(Method_vecinfer, CalibrationSurvivesTheFile) {
+  const Calibrated c = calibrated("vecinfer", 64);
+  const Calibration back = parse_calibration(serialize_calibration(*c.calib), "test");
+  EXPECT_EQ(back.layers[0].key_codebook, c.calib->layers[0].key_codebook);
+  EXPECT_EQ(back.layers[0].value_codebook, c.calib->layers[0].value_codebook);
+  EXPECT_EQ(back.layers[0].key_smooth, c.calib->layers[0].key_smooth);
+  EXPECT_EQ(c.calib->layers[0].key_codebook.size(), size_t(64) * 256);
+  // RoPE pairs (NEOX: i, i + d/2) share a smoothing divisor.
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(c.calib->layers[0].key_smooth[size_t(i)], c.calib->layers[0].key_smooth[size_t(i) + 32]);
+}
+
+}  // namespace
+}  // namespace vq::kv::testing
