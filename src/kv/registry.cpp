@@ -20,6 +20,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &kvquant_method(),
       &turbo_method(),
       &qjl_method(),
+      &turbo_prod_method(),
   };
   return methods;
 }

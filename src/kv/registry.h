@@ -16,6 +16,7 @@ const MethodDef& kivi_method();
 const MethodDef& kvquant_method();
 const MethodDef& turbo_method();
 const MethodDef& qjl_method();
+const MethodDef& turbo_prod_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -42,7 +42,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
     check_formula(spec, 128, 32768);
   }
   for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2"}) check_formula(spec, 128, 32768);
-  for (const char* spec : {"qjl", "qjl:outliers=0,m=128"}) {
+  for (const char* spec : {"qjl", "qjl:outliers=0,m=128", "turbo-prod", "k=turbo-prod:bits=2,m=64,v=turbo"}) {
     check_formula(spec, 128, 32768);
   }
   // KVQuant, calibrated on synthetic tokens, under RoPE.
