@@ -22,6 +22,8 @@ const std::vector<const MethodDef*>& registered_methods() {
       &turbo_rvq_method(),
       &polar_method(),
       &vecinfer_method(),
+      &qjl_method(),
+      &turbo_prod_method(),
   };
   return methods;
 }

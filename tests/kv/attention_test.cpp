@@ -78,7 +78,8 @@ double tolerance(const std::string& spec) { return spec.find("q4") != std::strin
 const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4",
                         "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1", "kivi:residual=32",
                         "kivi:kbits=4,vbits=3,residual=24,group=16", "kivi:kaxis=token,residual=16",
-                        "k=kivi:residual=20,v=q4", "turbo-rvq:bits=1,residual=8"};
+                        "k=kivi:residual=20,v=q4", "turbo-rvq:bits=1,residual=8", "qjl:m=128,residual=16",
+                        "qjl:m=64,outliers=0,group=16,sink=1", "turbo-prod", "k=turbo-prod:bits=2,residual=5,v=turbo"};
 
 TEST(Attention, FusedEqualsReferenceDecodeAndPrefill) {
   for (const char* spec : kSpecs) {

@@ -1,0 +1,286 @@
+// TurboQuant-Prod (Zandieh et al., "TurboQuant: Online Vector Quantization with Near-optimal
+// Distortion Rate", ICLR 2026, https://arxiv.org/abs/2504.19874, Algorithm 2), the inner-product
+// stage:
+//
+//   turbo-prod:bits=B[,m=M,seed=S,residual=R,sink=N]
+//
+// A vector x (key or value) is stored as TurboQuant-MSE at B-1 bits (turbo_mse.cpp: fp16 norm,
+// randomized Hadamard rotation, Lloyd–Max codes of the unit direction u, giving u_hat) plus a
+// 1-bit QJL sketch of the residual r = u - u_hat: the signs of S r (S an m x d Gaussian sketch per
+// layer and side, qjl_sketch.h) and ||r|| in fp16. Everything lives in the rotated space, so with
+// q' the rotated query,
+//   <q, x> ~= ||x|| (<q', u_hat> + sqrt(pi/2) / m * ||r|| * <S q', sign(S r)>),
+// unbiased (the MSE part is exact given the codes, the sketch part is QJL's unbiased estimate of
+// <q', r>), with variance ||x||^2 ((pi/2) ||q||^2 ||r||^2 - <q', r>^2) / m given the rotation.
+// Scores use that estimator directly: q' and S q' are computed once per step (prepare_query); each
+// token costs the MSE part's dot product (tiles decoded through the level table) and one sign-select
+// sum over m entries. The decode is its linear form ||x|| (u_hat + sqrt(pi/2)/m ||r|| S^T sign(S r)),
+// used by values: accumulation keeps d floats for the MSE parts and m floats for the weighted sign
+// vectors, and S^T is applied once per step in finalize.
+//
+// Deviations: the rotation is the randomized Hadamard transform (as turbo_mse.cpp; head_dim a
+// power of two) instead of a dense random orthogonal matrix; the paper's S is d x d, here m rows
+// (default m = head_dim, the paper's choice; a multiple of 8); B = 1 (sketch only, no MSE stage) is
+// not offered; norms are fp16, clamped to its largest finite value.
+//
+// Layout: 16 tokens per block, per token fp16 ||x||, fp16 ||r||, the MSE codes as B-1 bit planes of
+// ceil(d/8) bytes, then m/8 bytes of signs. Bits per element: (B - 1) + m/d + 32/d (d a multiple of
+// 8), the same for keys and values.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "src/core/fp16.h"
+#include "src/core/hadamard.h"
+#include "src/kv/calib/lloyd_max.h"
+#include "src/kv/calib/nuq.h"
+#include "src/kv/decode_tiles.h"
+#include "src/kv/f16_kernels.h"
+#include "src/kv/lut_kernels.h"
+#include "src/kv/methods/qjl_sketch.h"
+#include "src/kv/registry.h"
+#include "src/kv/rotation.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+namespace {
+
+using qjl::kQjlScale;
+
+constexpr int kBlockTokens = 16;
+
+size_t prod_row_bytes(int d, int bits, int m) { return 4 + size_t(bits - 1) * plane_bytes(d) + size_t(m) / 8; }
+
+float load_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// One token of an already rotated vector: norm, residual norm, MSE codes, residual signs.
+class ProdRows {
+ public:
+  ProdRows(int d, int bits, int m, uint64_t sketch_seed)
+      : d_(d), mse_bits_(bits - 1), m_(m), levels_(lloyd_max_sphere(d, bits - 1).levels),
+        mids_(level_midpoints(levels_)), sketch_(m, d, sketch_seed), row_(prod_row_bytes(d, bits, m)) {}
+  size_t row_bytes() const { return row_; }
+  int m() const { return m_; }
+  const qjl::GaussianSketch& sketch() const { return sketch_; }
+
+  void encode(const float* x, uint8_t* row) const {
+    // The MSE stage exactly as turbo_mse.cpp codes it, so its codes are TurboQuant-MSE's at B-1 bits.
+    double ss = 0;
+    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
+    const float norm = float(std::sqrt(ss));
+    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+    uint8_t codes[4096];
+    std::vector<float> r(static_cast<size_t>(d_)), p(static_cast<size_t>(m_));
+    double rr = 0;
+    for (int j = 0; j < d_; ++j) {
+      const float u = x[j] * inv;
+      codes[j] = uint8_t(nearest_level(mids_.data(), int(mids_.size()), u));
+      r[size_t(j)] = u - levels_[codes[j]];
+      rr += double(r[size_t(j)]) * r[size_t(j)];
+    }
+    const uint16_t hn = f32_to_f16(std::min(norm, 65504.0f)), hr = f32_to_f16(float(std::sqrt(rr)));
+    std::memcpy(row, &hn, 2);
+    std::memcpy(row + 2, &hr, 2);
+    pack_planes(codes, d_, mse_bits_, row + 4);
+    sketch_.project(r.data(), m_, p.data());
+    qjl::pack_signs(p.data(), m_, row + signs_offset());
+  }
+  // ||x|| u_hat: the MSE part alone.
+  void decode_mse(const uint8_t* row, float* x) const {
+    lut_affine_planes(row + 4, d_, mse_bits_, levels_.data(), 0.0f, load_f16(row), x);
+  }
+  // The coefficient of S^T sign(S r) in the decode: ||x|| sqrt(pi/2)/m ||r||.
+  float sketch_coef(const uint8_t* row) const { return load_f16(row) * float(kQjlScale / m_) * load_f16(row + 2); }
+  const uint8_t* signs(const uint8_t* row) const { return row + signs_offset(); }
+  void decode(const uint8_t* row, float* x) const {
+    decode_mse(row, x);
+    sketch_.add_transposed_signs(sketch_coef(row), signs(row), m_, x);
+  }
+
+  template <typename Fn>
+  void mse_tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
+    decode_tiles(
+        i0, i1, d_, [&](int64_t i, float* x) { decode_mse(token(blocks, i), x); }, fn);
+  }
+  const uint8_t* token(const uint8_t* blocks, int64_t i) const {
+    return blocks + size_t(i / kBlockTokens) * kBlockTokens * row_ + size_t(i % kBlockTokens) * row_;
+  }
+  size_t param_bytes() const { return (levels_.size() + mids_.size()) * sizeof(float) + sketch_.bytes(); }
+
+ private:
+  size_t signs_offset() const { return 4 + size_t(mse_bits_) * plane_bytes(d_); }
+  int d_, mse_bits_, m_;
+  std::vector<float> levels_, mids_;
+  qjl::GaussianSketch sketch_;
+  size_t row_;
+};
+
+class ProdKeyCodec final : public KeyCodec {
+ public:
+  ProdKeyCodec(int d, int bits, int m, uint64_t sketch_seed) : d_(d), rows_(d, bits, m, sketch_seed) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return kBlockTokens; }
+  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* keys, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kBlockTokens; ++t) rows_.encode(keys + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* key, int64_t, int slot, uint8_t* block) const override {
+    rows_.encode(key, block + size_t(slot) * rows_.row_bytes());
+  }
+  void decode(const uint8_t* block, int64_t, float* keys) const override {
+    for (int t = 0; t < kBlockTokens; ++t) rows_.decode(block + size_t(t) * rows_.row_bytes(), keys + size_t(t) * d_);
+  }
+  // q' (rotated by the wrapper) and S q'.
+  size_t query_state_floats() const override { return size_t(d_) + size_t(rows_.m()); }
+  void prepare_query(const float* q, float* state) const override {
+    std::copy_n(q, d_, state);
+    rows_.sketch().project(q, rows_.m(), state + d_);
+  }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const size_t qs = query_state_floats();
+    rows_.mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+      float_scores(states, n_q, qs, tile, size_t(d_), n, d_, out + (a - i0), out_stride);
+    });
+    const int bytes = rows_.m() / 8;
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint8_t* row = rows_.token(blocks, i);
+      const float coef = rows_.sketch_coef(row);
+      const uint8_t* bits = rows_.signs(row);
+      for (int r = 0; r < n_q; ++r) {
+        out[size_t(r) * out_stride + size_t(i - i0)] += coef * qjl::sign_dot(states + size_t(r) * qs + d_, bits, bytes);
+      }
+    }
+  }
+
+ private:
+  int d_;
+  ProdRows rows_;
+};
+
+class ProdValueCodec final : public ValueCodec {
+ public:
+  ProdValueCodec(int d, int bits, int m, uint64_t sketch_seed) : d_(d), rows_(d, bits, m, sketch_seed) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return kBlockTokens; }
+  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* values, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kBlockTokens; ++t) rows_.encode(values + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
+    rows_.encode(value, block + size_t(slot) * rows_.row_bytes());
+  }
+  void decode(const uint8_t* block, int64_t, float* values) const override {
+    for (int t = 0; t < kBlockTokens; ++t) rows_.decode(block + size_t(t) * rows_.row_bytes(), values + size_t(t) * d_);
+  }
+  // d floats for the MSE parts, then m floats of weighted signs (S^T applied once, in finalize).
+  size_t accum_floats() const override { return size_t(d_) + size_t(rows_.m()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    const size_t as = accum_floats();
+    rows_.mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+      float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, as);
+    });
+    const int bytes = rows_.m() / 8;
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint8_t* row = rows_.token(blocks, i);
+      const float coef = rows_.sketch_coef(row);
+      const uint8_t* bits = rows_.signs(row);
+      for (int r = 0; r < n_q; ++r) {
+        qjl::sign_axpy(w[size_t(r) * w_stride + size_t(i - i0)] * coef, bits, bytes, acc + size_t(r) * as + d_);
+      }
+    }
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    const size_t as = accum_floats();
+    const int m = rows_.m();
+    for (int r = 0; r < n_q; ++r) {
+      const float* a = acc + size_t(r) * as;
+      for (int c = 0; c < d_; ++c) {
+        const float* col = rows_.sketch().column(c);
+        float s = 0.0f;
+        for (int i = 0; i < m; ++i) s += col[i] * a[d_ + i];
+        out[size_t(r) * d_ + c] = a[c] + s;
+      }
+    }
+  }
+
+ private:
+  int d_;
+  ProdRows rows_;
+};
+
+class ProdMethod final : public MethodImpl {
+ public:
+  explicit ProdMethod(const ParamValues& v)
+      : bits_(param_int(v, "bits")), m_(param_int(v, "m")), seed_(uint64_t(param_int(v, "seed"))),
+        residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {
+    VQ_CHECK(m_ % 8 == 0, fmt::format("turbo-prod: m must be a multiple of 8 (whole bytes of signs), got {}", m_));
+  }
+  std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
+    const int m = rows(ctx.head_dim);
+    return rotate_keys(std::make_unique<ProdKeyCodec>(ctx.head_dim, bits_, m,
+                                                      qjl::sketch_seed(layer_seed(seed_, ctx.layer, 0))),
+                       layer_seed(seed_, ctx.layer, 0));
+  }
+  std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
+    const int m = rows(ctx.head_dim);
+    return rotate_values(std::make_unique<ProdValueCodec>(ctx.head_dim, bits_, m,
+                                                          qjl::sketch_seed(layer_seed(seed_, ctx.layer, 1))),
+                         layer_seed(seed_, ctx.layer, 1));
+  }
+  double key_bits(int d) const override { return bits(d); }
+  double value_bits(int d) const override { return bits(d); }
+  int key_keep() const override { return residual_; }
+  int value_keep() const override { return residual_; }
+  int sink_tokens() const override { return sink_; }
+
+ private:
+  int sketch_rows(int d) const { return m_ > 0 ? m_ : d; }
+  double bits(int d) const { return 8.0 * double(prod_row_bytes(d, bits_, sketch_rows(d))) / d; }
+  // Checks the head dimension and returns the sketch's rows.
+  int rows(int d) const {
+    VQ_CHECK(d >= 4 && d <= 4096 && is_power_of_two(size_t(d)),
+             fmt::format("turbo-prod: head_dim must be a power of two in [4, 4096] (the rotation is a Hadamard "
+                         "transform), got {}",
+                         d));
+    const int m = sketch_rows(d);
+    VQ_CHECK(m % 8 == 0, fmt::format("turbo-prod: m = head_dim = {} is not a multiple of 8; give m", d));
+    return m;
+  }
+  int bits_, m_;
+  uint64_t seed_;
+  int residual_, sink_;
+};
+
+}  // namespace
+
+const MethodDef& turbo_prod_method() {
+  static const MethodDef def{
+      {"turbo-prod",
+       "TurboQuant-Prod: TurboQuant-MSE at bits-1 + a 1-bit QJL sketch of the residual (unbiased inner products)",
+       [] {
+         std::vector<ParamInfo> p = {
+             {"bits", ParamType::kInt, 3, 2, 4, "bits per coordinate: bits-1 of MSE codes + the residual's sketch", {}},
+             {"m", ParamType::kInt, 0, 0, 4096, "sketch rows of the residual, a multiple of 8 (0: head_dim)", {}},
+             {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's signs and of the sketch", {}},
+         };
+         for (auto& x : window_params()) p.push_back(x);
+         return p;
+       }()},
+      [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<ProdMethod>(v); }};
+  return def;
+}
+
+}  // namespace vq::kv

@@ -1,0 +1,154 @@
+// QJL: fused scores equal the plain reference (the estimator's linear form); the score is an
+// unbiased estimate of q.k whose variance is the theory's, with and without outlier channels, over
+// many independently seeded sketches; bits per element count every byte; bad specs are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "src/core/rng.h"
+#include "tests/kv/codec_harness.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv::testing {
+namespace {
+
+TEST(Method_qjl, FusedEqualsReference) {
+  for (const char* spec : {"qjl", "qjl:outliers=0", "qjl:m=128,outliers=4,om=64,group=16,vbits=4",
+                           "qjl:m=64,outliers=0,group=8,vbits=3,seed=5", "k=qjl:m=128,v=turbo:bits=3"}) {
+    check_all(spec, {64, 128}, 96);
+  }
+  check_all("qjl:m=64,outliers=3", {96}, 96);
+  check_all("qjl:m=64,outliers=2,group=16", {320}, 32);  // u16 channel indices
+}
+
+TEST(Method_qjl, BitsPerElementCountEveryByte) {
+  // keys (m + 16 + om + 16) / d + 8 K / (G d); values (KIVI, vbits = 2, G = 32) 2 + 32 * 4 / 128
+  EXPECT_DOUBLE_EQ(parse_method("qjl").keys().key_bits(128), (256.0 + 16 + 256 + 16) / 128 + 8.0 * 8 / (32 * 128));
+  EXPECT_DOUBLE_EQ(parse_method("qjl").keys().key_bits(128), 4.265625);
+  EXPECT_DOUBLE_EQ(parse_method("qjl").values().value_bits(128), 3.0);
+  EXPECT_DOUBLE_EQ(parse_method("qjl").bits_per_element(128), (4.265625 + 3.0) / 2);
+  EXPECT_DOUBLE_EQ(parse_method("qjl:outliers=0").keys().key_bits(128), 2.125);
+  EXPECT_DOUBLE_EQ(parse_method("qjl:m=128,om=64,outliers=4,group=16").keys().key_bits(64),
+                   (128.0 + 16 + 64 + 16) / 64 + 8.0 * 4 / (16 * 64));
+  // d > 256: two bytes per channel index
+  EXPECT_DOUBLE_EQ(parse_method("qjl:m=64,outliers=2").keys().key_bits(320), 160.0 / 320 + 8.0 * 2 * 2 / (32 * 320));
+  EXPECT_DOUBLE_EQ(parse_method("qjl:vbits=4,group=64").values().value_bits(128), 4.5);
+}
+
+TEST(Method_qjl, BadSpecsAreRefused) {
+  for (const char* spec : {"qjl:m=0", "qjl:m=12", "qjl:m=-8", "qjl:m=64,om=72", "qjl:om=12", "qjl:outliers=0,om=64",
+                           "qjl:outliers=65", "qjl:vbits=1", "qjl:group=0", "qjl:seed=-1", "qjl:bits=3"}) {
+    EXPECT_THROW(parse_method(spec), Error) << spec;
+  }
+  EXPECT_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{8, 0, 1}), Error);
+  EXPECT_NO_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{9, 0, 1}));
+}
+
+double dot(const float* a, const float* b, int d, const std::vector<uint8_t>* mask = nullptr, bool in = false) {
+  double s = 0;
+  for (int j = 0; j < d; ++j) {
+    if (mask && ((*mask)[size_t(j)] != 0) != in) continue;
+    s += double(a[j]) * b[j];
+  }
+  return s;
+}
+
+struct Moments {
+  double mean = 0, var = 0;
+  size_t distinct = 0;
+};
+
+// The score of token 0 of a block of `keys` against q, for sketches seeded 1..n.
+Moments scores_over_seeds(const std::string& spec_prefix, int d, const std::vector<float>& keys,
+                          const std::vector<float>& q, double exact, int n) {
+  std::vector<double> err;
+  std::set<float> seen;
+  for (int s = 1; s <= n; ++s) {
+    const auto kc = parse_method(spec_prefix + ",seed=" + std::to_string(s)).keys().key_codec(CodecContext{d, 0, 1});
+    std::vector<uint8_t> block(kc->block_bytes());
+    kc->encode(keys.data(), 0, block.data());
+    std::vector<float> state(kc->query_state_floats());
+    kc->prepare_query(q.data(), state.data());
+    float score = 0;
+    kc->scores(state.data(), 1, block.data(), 0, 0, 1, &score, 1);
+    err.push_back(double(score) - exact);
+    seen.insert(score);
+  }
+  Moments m;
+  m.mean = std::accumulate(err.begin(), err.end(), 0.0) / n;
+  for (double e : err) m.var += (e - m.mean) * (e - m.mean);
+  m.var /= n - 1;
+  m.distinct = seen.size();
+  return m;
+}
+
+// A query correlated with key 0 (so a wrong scale shows as a bias), and keys with outlier channels.
+void make_pair(int d, int G, std::vector<float>* keys, std::vector<float>* q) {
+  *keys = make_data(Data::kOutliers, size_t(G), d, 77);
+  Rng rng(78);
+  q->resize(size_t(d));
+  const double nk = norm(keys->data(), d);
+  for (int j = 0; j < d; ++j) (*q)[size_t(j)] = float(0.8 * (*keys)[size_t(j)] / nk + 0.6 * rng.normal() / std::sqrt(d));
+}
+
+constexpr int kSketches = 1000;
+// The sample variance of n near-Gaussian values has a relative standard error of sqrt(2 / (n - 1)):
+// four of those is the band the measured variance must fall in.
+const double kVarBand = 4.0 * std::sqrt(2.0 / (kSketches - 1));
+
+TEST(Method_qjl, UnbiasedWithTheTheorysVariance) {
+  const int d = 128, m = 256, G = 32;
+  std::vector<float> keys, q;
+  make_pair(d, G, &keys, &q);
+  const double exact = dot(q.data(), keys.data(), d);
+  const double nq = norm(q.data(), d), nk = norm(keys.data(), d);
+  const Moments mo = scores_over_seeds("qjl:m=256,outliers=0", d, keys, q, exact, kSketches);
+  const double se = std::sqrt(mo.var / kSketches);
+  const double theory = (M_PI / 2 * nq * nq * nk * nk - exact * exact) / m;
+  std::printf("qjl m=256: q.k = %.4f, mean error %.5f +- %.5f (SE), variance %.5f, theory %.5f, bound %.5f\n", exact,
+              mo.mean, se, mo.var, theory, M_PI / 2 * nq * nq * nk * nk / m);
+  EXPECT_EQ(mo.distinct, size_t(kSketches)) << "the seeds did not give different sketches";
+  EXPECT_LE(std::fabs(mo.mean), 3 * se);
+  EXPECT_LE(mo.var, M_PI / 2 * nq * nq * nk * nk / m * (1 + kVarBand));
+  EXPECT_NEAR(mo.var / theory, 1.0, kVarBand);
+}
+
+TEST(Method_qjl, OutlierChannelsKeepItUnbiased) {
+  const int d = 128, m = 256, om = 128, K = 8, G = 32;
+  std::vector<float> keys, q;
+  make_pair(d, G, &keys, &q);
+  // The outlier channels, chosen here independently of the codec: largest norm over the group.
+  std::vector<double> ss(size_t(d), 0.0);
+  for (int t = 0; t < G; ++t) {
+    for (int c = 0; c < d; ++c) ss[size_t(c)] += std::pow(double(keys[size_t(t) * d + c]), 2);
+  }
+  std::vector<int> order(static_cast<size_t>(d));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ss[size_t(a)] > ss[size_t(b)]; });
+  std::vector<uint8_t> mask(size_t(d), 0);
+  for (int k = 0; k < K; ++k) mask[size_t(order[size_t(k)])] = 1;
+
+  const double exact = dot(q.data(), keys.data(), d);
+  const Moments mo = scores_over_seeds("qjl:m=256,outliers=8,om=128", d, keys, q, exact, kSketches);
+  const double se = std::sqrt(mo.var / kSketches);
+  // Two independent estimates (disjoint columns of S): inlier part with m rows, outlier part with om.
+  const auto part = [&](bool out, int rows) {
+    const double qq = dot(q.data(), q.data(), d, &mask, out), kk = dot(keys.data(), keys.data(), d, &mask, out);
+    const double qk = dot(q.data(), keys.data(), d, &mask, out);
+    return (M_PI / 2 * qq * kk - qk * qk) / rows;
+  };
+  const double theory = part(false, m) + part(true, om);
+  std::printf("qjl m=256 om=128 K=8: q.k = %.4f, mean error %.5f +- %.5f (SE), variance %.5f, theory %.5f\n", exact,
+              mo.mean, se, mo.var, theory);
+  EXPECT_EQ(mo.distinct, size_t(kSketches));
+  EXPECT_LE(std::fabs(mo.mean), 3 * se);
+  EXPECT_NEAR(mo.var / theory, 1.0, kVarBand);
+}
+
+}  // namespace
+}  // namespace vq::kv::testing
