@@ -19,6 +19,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &kivi_method(),
       &kvquant_method(),
       &turbo_method(),
+      &rabitq_method(),
   };
   return methods;
 }

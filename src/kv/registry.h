@@ -15,6 +15,7 @@ const MethodDef& q4_method();
 const MethodDef& kivi_method();
 const MethodDef& kvquant_method();
 const MethodDef& turbo_method();
+const MethodDef& rabitq_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -42,6 +42,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
     check_formula(spec, 128, 32768);
   }
   for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2"}) check_formula(spec, 128, 32768);
+  for (const char* spec : {"rabitq", "rabitq:bits=3", "k=rabitq:bits=1,v=rabitq:bits=4"}) check_formula(spec, 128, 32768);
   // KVQuant, calibrated on synthetic tokens, under RoPE.
   RopeSpec rope;
   rope.style = RopeSpec::Style::kNeox;
