@@ -24,6 +24,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &vecinfer_method(),
       &qjl_method(),
       &turbo_prod_method(),
+      &rabitq_method(),
   };
   return methods;
 }

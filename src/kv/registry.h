@@ -20,6 +20,7 @@ const MethodDef& polar_method();
 const MethodDef& vecinfer_method();
 const MethodDef& qjl_method();
 const MethodDef& turbo_prod_method();
+const MethodDef& rabitq_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -48,6 +48,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
   for (const char* spec : {"qjl", "qjl:outliers=0,m=128", "turbo-prod", "k=turbo-prod:bits=2,m=64,v=turbo"}) {
     check_formula(spec, 128, 32768);
   }
+  for (const char* spec : {"rabitq", "rabitq:bits=3", "k=rabitq:bits=1,v=rabitq:bits=4"}) check_formula(spec, 128, 32768);
   // KVQuant, calibrated on synthetic tokens, under RoPE.
   RopeSpec rope;
   rope.style = RopeSpec::Style::kNeox;
