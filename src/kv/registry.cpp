@@ -43,6 +43,20 @@ std::vector<ParamInfo> rotation_params() {
   };
 }
 
+std::vector<ParamInfo> rotated_method_params(std::vector<ParamInfo> own) {
+  for (auto& x : rotation_params()) {
+    if (x.name == "seed") own.push_back(x);
+  }
+  for (auto& x : window_params()) own.push_back(x);
+  return own;
+}
+
+void check_hadamard_dim(const char* method, int d, int lo) {
+  VQ_CHECK(d >= lo && d <= 4096 && (d & (d - 1)) == 0,
+           fmt::format("{}: head_dim must be a power of two in [{}, 4096] (the rotation is a Hadamard transform), got {}",
+                       method, lo, d));
+}
+
 uint64_t layer_seed(uint64_t seed, int layer, int side) {
   uint64_t s = seed * 0x100000001b3ull + uint64_t(layer) * 2 + uint64_t(side);
   return splitmix64(s);

@@ -26,6 +26,11 @@ const MethodDef& rabitq_method();
 // randomized Hadamard rotation with its seed.
 std::vector<ParamInfo> window_params();
 std::vector<ParamInfo> rotation_params();
+// A rotated method's parameters: its own, then the rotation's seed and the window's.
+std::vector<ParamInfo> rotated_method_params(std::vector<ParamInfo> own);
+// Refuses (vq::Error) a head_dim that is not a power of two in [lo, 4096], which a method whose
+// rotation is a Hadamard transform needs.
+void check_hadamard_dim(const char* method, int d, int lo = 4);
 
 // Reading a parsed value (already type- and range-checked by the parser).
 inline int param_int(const ParamValues& v, const std::string& key) { return int(v.at(key)); }

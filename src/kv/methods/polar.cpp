@@ -174,10 +174,7 @@ class PolarMethod final : public MethodImpl {
     return 8.0 * double(bytes) / d;
   }
   void check(int d) const {
-    VQ_CHECK(d >= 4 && d <= kMaxDim && is_power_of_two(size_t(d)),
-             fmt::format("polar: head_dim must be a power of two in [4, 4096] (the preconditioner is a Hadamard "
-                         "transform), got {}",
-                         d));
+    check_hadamard_dim("polar", d, 4);
     VQ_CHECK((d >> levels_) >= 1,
              fmt::format("polar: levels={} needs head_dim of at least 2^{}, got {}", levels_, levels_, d));
   }
@@ -193,18 +190,11 @@ const MethodDef& polar_method() {
       {"polar",
        "PolarQuant: randomized Hadamard preconditioning + recursive polar transform, angles coded with the Lloyd-Max "
        "codebooks of their densities, fp16 radii",
-       [] {
-         std::vector<ParamInfo> p = {
+       rotated_method_params({
              {"levels", ParamType::kInt, 4, 1, 12, "levels of the polar recursion (d / 2^levels fp16 radii)", {}},
              {"bits1", ParamType::kInt, 4, 1, 8, "bits of a level-1 angle (full circle)", {}},
              {"bits", ParamType::kInt, 2, 1, 8, "bits of an angle at levels 2 and above", {}},
-         };
-         for (auto& x : rotation_params()) {
-           if (x.name == "seed") p.push_back(x);
-         }
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+         })},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<PolarMethod>(v); }};
   return def;
 }

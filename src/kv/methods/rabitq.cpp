@@ -320,11 +320,7 @@ class RabitqMethod final : public MethodImpl {
  private:
   double bits(int d) const { return bits_ + 8.0 * double(rabitq::scalar_bytes(bits_)) / d; }
   static void check(int d) {
-    VQ_CHECK(d >= 8 && d <= 4096 && is_power_of_two(size_t(d)),
-             fmt::format(
-                 "rabitq: head_dim must be a power of two in [8, 4096] (the rotation is a Hadamard "
-                 "transform), got {}",
-                 d));
+    check_hadamard_dim("rabitq", d, 8);
   }
   int bits_;
   uint64_t seed_;
@@ -339,14 +335,7 @@ const MethodDef& rabitq_method() {
        "RaBitQ (1 bit) / Extended RaBitQ (2-4 bits): norm + randomized Hadamard rotation + grid "
        "codes "
        "with the <o_bar,o> correction",
-       [] {
-         std::vector<ParamInfo> p = {{"bits", ParamType::kInt, 1, 1, 4, "bits per coordinate", {}}};
-         for (auto& x : rotation_params()) {
-           if (x.name == "seed") p.push_back(x);
-         }
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+       rotated_method_params({{"bits", ParamType::kInt, 1, 1, 4, "bits per coordinate", {}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> {
         return std::make_unique<RabitqMethod>(v);
       }};

@@ -72,10 +72,7 @@ class TurboMethod final : public MethodImpl {
  private:
   double bits(int d) const { return turbo_row_bits(d, bits_); }
   static void check(int d) {
-    VQ_CHECK(d >= 4 && d <= 4096 && is_power_of_two(size_t(d)),
-             fmt::format("turbo: head_dim must be a power of two in [4, 4096] (the rotation is a Hadamard "
-                         "transform), got {}",
-                         d));
+    check_hadamard_dim("turbo", d, 4);
   }
   int bits_;
   uint64_t seed_;
@@ -88,14 +85,7 @@ const MethodDef& turbo_method() {
   static const MethodDef def{
       {"turbo",
        "TurboQuant-MSE: norm + randomized Hadamard rotation + Lloyd-Max codes of the sphere's coordinate density",
-       [] {
-         std::vector<ParamInfo> p = {{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}}};
-         for (auto& x : rotation_params()) {
-           if (x.name == "seed") p.push_back(x);
-         }
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+       rotated_method_params({{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<TurboMethod>(v); }};
   return def;
 }

@@ -99,10 +99,7 @@ class TurboRvqMethod final : public MethodImpl {
 
  private:
   static void check(int d) {
-    VQ_CHECK(d >= 4 && d <= TurboRows::kMaxDim && is_power_of_two(size_t(d)),
-             fmt::format("turbo-rvq: head_dim must be a power of two in [4, 4096] (the rotation is a Hadamard "
-                         "transform), got {}",
-                         d));
+    check_hadamard_dim("turbo-rvq", d, 4);
   }
   int bits_;
   uint64_t seed_;
@@ -116,14 +113,7 @@ const MethodDef& turbo_rvq_method() {
       {"turbo-rvq",
        "TurboQuant-RVQ: norm + randomized Hadamard rotation + a Gaussian then a Laplacian Lloyd-Max stage on the "
        "residual (2*bits bits per coordinate)",
-       [] {
-         std::vector<ParamInfo> p = {{"bits", ParamType::kInt, 2, 1, 4, "bits per stage (two stages)", {}}};
-         for (auto& x : rotation_params()) {
-           if (x.name == "seed") p.push_back(x);
-         }
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+       rotated_method_params({{"bits", ParamType::kInt, 2, 1, 4, "bits per stage (two stages)", {}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<TurboRvqMethod>(v); }};
   return def;
 }

@@ -387,8 +387,7 @@ class VecInferMethod final : public MethodImpl {
 
  private:
   void check_dim(int d) const {
-    VQ_CHECK(d >= 4 && d <= kMaxDim && is_power_of_two(size_t(d)),
-             fmt::format("vecinfer: head_dim must be a power of two in [4, 4096] (Hadamard rotation), got {}", d));
+    check_hadamard_dim("vecinfer", d, 4);
     VQ_CHECK(d % s_.ksub == 0 && d % s_.vsub == 0,
              fmt::format("vecinfer: ksub={} and vsub={} must divide head_dim {}", s_.ksub, s_.vsub, d));
   }
@@ -403,19 +402,12 @@ const MethodDef& vecinfer_method() {
       {"vecinfer",
        "VecInfer: smoothed, Hadamard-rotated keys and rotated values, product-quantized with calibrated codebooks; "
        "attention from a query-centroid lookup table",
-       [] {
-         std::vector<ParamInfo> p = {
+       rotated_method_params({
              {"ksub", ParamType::kInt, 4, 1, 64, "key sub-vector length (key bits per element: kbits / ksub)", {}},
              {"kbits", ParamType::kInt, 8, 8, 8, "bits of a key centroid index (256 centroids)", {}},
              {"vsub", ParamType::kInt, 8, 1, 64, "value sub-vector length (value bits per element: vbits / vsub)", {}},
              {"vbits", ParamType::kInt, 8, 8, 8, "bits of a value centroid index (256 centroids)", {}},
-         };
-         for (auto& x : rotation_params()) {
-           if (x.name == "seed") p.push_back(x);
-         }
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+         })},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<VecInferMethod>(v); }};
   return def;
 }
