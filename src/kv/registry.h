@@ -17,6 +17,7 @@ const MethodDef& kvquant_method();
 const MethodDef& turbo_method();
 const MethodDef& turbo_rvq_method();
 const MethodDef& polar_method();
+const MethodDef& ratequant_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.
