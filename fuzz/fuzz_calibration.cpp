@@ -1,19 +1,23 @@
 // Fuzzes the calibration-file parser behind the checksum (what a crafted file with a valid CRC
 // reaches). A payload that parses is put to use: a KVQuant cache of the calibration's shape
-// (for the bit width its key levels fit) appends, attends and decodes. Either that works or the
+// (for the bit width its key levels fit), or for a RateQuant probe table the cache of the spec
+// the file names, bound to its allocation, appends, attends and decodes. Either that works or the
 // input is refused with vq::Error.
 //
 // Seeds: VQ_FUZZ_MAKE_SEEDS=DIR ./fuzz_calibration writes valid payloads (kvquant at 2, 3 and 4
-// bits, with and without outliers, two layers of head size 32) to DIR.
+// bits, with and without outliers, and ratequant over kivi and turbo, two layers of head size 32)
+// to DIR.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "src/kv/calib/calibrate.h"
+#include "src/kv/methods/ratequant.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"
@@ -24,6 +28,14 @@ vq::kv::RopeSpec neox() {
   vq::kv::RopeSpec r;
   r.style = vq::kv::RopeSpec::Style::kNeox;
   return r;
+}
+
+void write_seed(const char* dir, int i, const std::vector<uint8_t>& bytes) {
+  const std::string path = std::string(dir) + "/" + std::to_string(i);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) std::exit(1);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
 }
 
 void make_seeds(const char* dir) {
@@ -39,24 +51,37 @@ void make_seeds(const char* dir) {
     const auto s = vq::kv::unweighted_samples(cfg, k.data(), v.data(), n, 0);
     const auto c = vq::kv::calibrate(vq::kv::parse_method(spec), {s, s}, vq::kv::ModelIdentity{"seed", "fuzz", 7, 2, 1, d},
                                      "fuzz seed");
-    const auto bytes = vq::kv::serialize_calibration(c);
-    const std::string path = std::string(dir) + "/" + std::to_string(i++);
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f) std::exit(1);
-    std::fwrite(bytes.data(), 1, bytes.size(), f);
-    std::fclose(f);
+    write_seed(dir, i++, vq::kv::serialize_calibration(c));
+  }
+  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=turbo,avg=2.5,lo=1,hi=4"}) {
+    const vq::kv::Method m = vq::kv::parse_method(spec);
+    const size_t W = vq::kv::ratequant_widths(m).size();
+    std::vector<std::array<std::vector<double>, 2>> probe(2);
+    for (size_t l = 0; l < 2; ++l) {
+      for (size_t s = 0; s < 2; ++s) {
+        for (size_t w = 0; w < W; ++w) probe[l][s].push_back(double(l * 2 + s + 1) / double(1 << (2 * w)));
+      }
+    }
+    const auto c = vq::kv::ratequant_calibration(m, vq::kv::ModelIdentity{"seed", "fuzz", 7, 2, 1, 32}, "fuzz seed", 64,
+                                                 probe);
+    write_seed(dir, i++, vq::kv::serialize_calibration(c));
   }
 }
 
 void exercise(std::shared_ptr<vq::kv::Calibration> c) {
   const int d = c->model.head_dim;
   if (d > 512 || d % 2 != 0 || c->layers.empty()) return;
-  const size_t levels = c->layers[0].key_levels.size();
-  const int bits = levels == 4 ? 2 : levels == 8 ? 3 : levels == 16 ? 4 : 0;
-  if (bits == 0) return;
-  const vq::kv::Method bare = vq::kv::parse_method("kvquant:bits=" + std::to_string(bits));
-  c->spec = bare.spec();
-  const vq::kv::Method m = bare.with_calibration(c);
+  vq::kv::Method m = vq::kv::parse_method("fp16");
+  if (!c->probe_bits.empty()) {
+    m = vq::kv::parse_method(c->spec).with_calibration(c);  // RateQuant: the file's own spec
+  } else {
+    const size_t levels = c->layers[0].key_levels.size();
+    const int bits = levels == 4 ? 2 : levels == 8 ? 3 : levels == 16 ? 4 : 0;
+    if (bits == 0) return;
+    const vq::kv::Method bare = vq::kv::parse_method("kvquant:bits=" + std::to_string(bits));
+    c->spec = bare.spec();
+    m = bare.with_calibration(c);
+  }
   std::vector<vq::kv::LayerConfig> layout;
   for (int l = 0; l < int(c->layers.size()) && l < 3; ++l) layout.emplace_back(1, d, l, l == 1 ? 8 : 0, neox());
   vq::kv::KvCache cache(m, layout);

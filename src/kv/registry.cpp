@@ -25,6 +25,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &qjl_method(),
       &turbo_prod_method(),
       &rabitq_method(),
+      &ratequant_method(),
   };
   return methods;
 }
@@ -70,6 +71,15 @@ Method Method::with_calibration(std::shared_ptr<const Calibration> calib) const 
   VQ_CHECK(calib, "with_calibration: no calibration");
   VQ_CHECK(calib->spec == spec_, fmt::format("the calibration was made for '{}', not for '{}'", calib->spec, spec_));
   Method m = *this;
+  // A method bound to its calibration as a whole (RateQuant) replaces its sides; both sides of
+  // one method stay one object.
+  if (auto k = keys_->calibrated(*calib)) {
+    m.keys_ = k;
+    m.values_ = values_ == keys_ ? k : values_;
+  }
+  if (values_ != keys_) {
+    if (auto v = values_->calibrated(*calib)) m.values_ = v;
+  }
   m.calib_ = std::move(calib);
   return m;
 }

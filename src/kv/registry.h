@@ -21,6 +21,7 @@ const MethodDef& vecinfer_method();
 const MethodDef& qjl_method();
 const MethodDef& turbo_prod_method();
 const MethodDef& rabitq_method();
+const MethodDef& ratequant_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -135,6 +135,15 @@ Method parse_method(const std::string& spec) {
     }
     ParsedSide k = parse_side(spec, spec.substr(2, split - 2));
     ParsedSide v = parse_side(spec, spec.substr(split + 3));
+    // RateQuant's budget is an average over keys and values together: it cannot be one side.
+    for (const std::string* side : {&k.canonical, &v.canonical}) {
+      if (side->rfind("ratequant", 0) == 0) {
+        throw_error(ErrorKind::kUsage,
+                    fmt::format("bad KV spec '{}': ratequant allocates keys and values together and cannot be "
+                                "one side of k=SPEC,v=SPEC",
+                                spec));
+      }
+    }
     return Method("k=" + k.canonical + ",v=" + v.canonical, k.impl, v.impl);
   }
   ParsedSide s = parse_side(spec, spec);

@@ -1,6 +1,7 @@
 // Calibration machinery: the RoPE table (the model's rotation, and its exact inverse), weighted
 // 1-D k-means and Q-Norm, the sensitivity the collector records (checked against brute force),
-// and calibration files (round trip; damage, foreign kinds and bad values refused).
+// and calibration files (round trip; damage, foreign kinds and bad values refused; RateQuant's
+// probe table and allocation kept, and refused when damaged, inconsistent or for another model).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,9 +14,11 @@
 #include "src/engine/ops.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/calib/nuq.h"
+#include "src/kv/methods/ratequant.h"
 #include "src/kv/rope_table.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
+#include "veloxquant/kv/method.h"
 
 namespace vq::kv {
 namespace {
@@ -189,6 +192,59 @@ TEST(CalibrationFile, RoundTripsAndRefusesBadFiles) {
     if (which == 2) b.layers.pop_back();  // fewer layers than the model
     const auto payload = serialize_calibration(b);
     EXPECT_THROW(parse_calibration(payload, "test"), Error) << which;
+  }
+  std::remove(path.c_str());
+}
+
+// RateQuant's probe table and allocation survive a round trip and bind the method; a file for
+// another spec or model, damaged, or inconsistent is refused.
+TEST(CalibrationFile, RateQuantRoundTripsAndRefusesBadFiles) {
+  const Method bare = parse_method("ratequant:avg=2.5");
+  std::vector<std::array<std::vector<double>, 2>> probe(3);
+  for (int l = 0; l < 3; ++l) {
+    probe[size_t(l)] = {std::vector<double>{0.1 * (l + 1), 0.01, 0.001}, std::vector<double>{0.02, 0.01 / (l + 1), 0.005}};
+  }
+  const ModelIdentity model{"m", "gemma3", 0x1234, 3, 1, 8};
+  const Calibration c = ratequant_calibration(bare, model, "text", 64, probe);
+  const std::string path = ::testing::TempDir() + "/calib_rq.vqcal";
+  save_calibration(path, c);
+  const Calibration r = load_calibration(path);
+  EXPECT_EQ(r.spec, "ratequant:avg=2.5");
+  EXPECT_EQ(r.probe_bits, (std::vector<int>{2, 3, 4}));
+  for (size_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(r.layers[l].key_bits, c.layers[l].key_bits);
+    EXPECT_EQ(r.layers[l].value_bits, c.layers[l].value_bits);
+    EXPECT_EQ(r.layers[l].key_probe_kl, c.layers[l].key_probe_kl);
+    EXPECT_EQ(r.layers[l].value_probe_kl, c.layers[l].value_probe_kl);
+  }
+  EXPECT_EQ(calibration_crc32(r), calibration_crc32(c));
+  const Method m = bare.with_calibration(std::make_shared<Calibration>(r));
+  EXPECT_DOUBLE_EQ(m.bits_per_element(128), 3.5);  // 2.5 bits of code + the scales and zeros
+  EXPECT_THROW(parse_method("ratequant:avg=3").with_calibration(std::make_shared<Calibration>(r)), Error);
+  // The version-1 format (before RateQuant) is refused by its version.
+  {
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    bytes[8] = 1;  // the version field follows the 8-byte magic
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      load_calibration(path);
+      ADD_FAILURE() << "version 1 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("version"), std::string::npos) << e.what();
+    }
+  }
+  // Inconsistent payloads under a good checksum.
+  for (int which = 0; which < 4; ++which) {
+    Calibration b = c;
+    if (which == 0) b.layers[1].key_probe_kl.pop_back();        // not one KL per width
+    if (which == 1) b.layers[0].value_probe_kl[1] = -1.0f;      // negative KL
+    if (which == 2) b.probe_bits = {3, 2, 4};                   // not ascending
+    if (which == 3) b.layers[2].key_bits = 0;                   // an allocation with a hole
+    EXPECT_THROW(parse_calibration(serialize_calibration(b), "test"), Error) << which;
   }
   std::remove(path.c_str());
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "tools/veloxquant/cli_util.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
 
@@ -55,6 +56,39 @@ std::string read_text_part(const std::string& path, const std::string& part) {
   size_t cut = s.find('\n', s.size() / 2);
   cut = cut == std::string::npos ? s.size() : cut + 1;
   return part == "first-half" ? s.substr(0, cut) : s.substr(cut);
+}
+
+void print_calibration(const kv::Calibration& c) {
+  fmt::print("spec: {}\nmodel: {}\nsource: {} ({} tokens)\n", c.spec, c.model.describe(), c.source, c.tokens);
+  if (!c.probe_bits.empty()) {
+    // RateQuant: the allocation and the probe it came from.
+    std::vector<std::string> head = {"layer", "key bits", "value bits"};
+    for (int b : c.probe_bits) head.push_back(fmt::format("key KL@{}", b));
+    for (int b : c.probe_bits) head.push_back(fmt::format("value KL@{}", b));
+    std::vector<std::vector<std::string>> rows = {head};
+    int64_t sum = 0;
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const kv::LayerCalibration& lc = c.layers[l];
+      std::vector<std::string> row = {std::to_string(l), std::to_string(lc.key_bits), std::to_string(lc.value_bits)};
+      for (float x : lc.key_probe_kl) row.push_back(fmt::format("{:.3e}", x));
+      for (float x : lc.value_probe_kl) row.push_back(fmt::format("{:.3e}", x));
+      rows.push_back(std::move(row));
+      sum += lc.key_bits + lc.value_bits;
+    }
+    print_table(rows);
+    fmt::print("average width {:.4f} bits over {} units (keys and values of {} layers)\n",
+               double(sum) / (2.0 * double(c.layers.size())), 2 * c.layers.size(), c.layers.size());
+    return;
+  }
+  const auto levels = [](const std::vector<float>& v) {
+    std::string s;
+    for (float x : v) s += fmt::format("{}{:+.3f}", s.empty() ? "" : " ", x);
+    return s;
+  };
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    fmt::print("layer {:2}  key levels [{}]  value levels [{}]\n", l, levels(c.layers[l].key_levels),
+               levels(c.layers[l].value_levels));
+  }
 }
 
 }  // namespace vq::cli

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "src/engine/model.h"
+#include "veloxquant/kv/calibration.h"
 #include "veloxquant/kv/method.h"
 
 namespace vq::cli {
@@ -24,5 +25,9 @@ kv::Method method_for_model(const std::string& spec, const std::vector<std::stri
 // The bytes of `path`, or of its first or second half ("all", "first-half", "second-half"),
 // split at the first newline after the middle so that no line is cut.
 std::string read_text_part(const std::string& path, const std::string& part);
+
+// What a calibration holds, as text: the header, and per layer the RateQuant allocation with its
+// probe KL at each width, or the learned datatypes' levels.
+void print_calibration(const kv::Calibration& c);
 
 }  // namespace vq::cli

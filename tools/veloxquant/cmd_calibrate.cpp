@@ -1,7 +1,9 @@
 // `veloxquant calibrate`: runs the model with an fp16 cache over chunks of calibration text,
 // records each layer's keys (turned back to before RoPE), values, and what errors in them cost
 // attention (src/kv/calib/calibrate.h), lets the method learn from them, and writes the result
-// as a checked calibration file bound to the spec and to the model.
+// as a checked calibration file bound to the spec and to the model. RateQuant learns instead from
+// a sensitivity probe (tools/veloxquant/rate_probe.h) over --probe-tokens tokens, and its file
+// holds the probe table and the bit allocation.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,8 +11,10 @@
 #include "src/core/threads.h"
 #include "src/engine/session.h"
 #include "src/kv/calib/calibrate.h"
+#include "src/kv/methods/ratequant.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/commands.h"
+#include "tools/veloxquant/rate_probe.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
 
@@ -20,7 +24,7 @@ Runner add_calibrate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("calibrate", "Learn a method's calibration (e.g. KVQuant's datatypes) from a model on text");
   struct Opts {
     std::string model, file, kv, out, part = "first-half";
-    int64_t ctx = 1024;
+    int64_t ctx = 1024, probe_tokens = 256;
     int chunks = 8, threads = 2;
   };
   auto o = std::make_shared<Opts>();
@@ -31,6 +35,9 @@ Runner add_calibrate_command(CLI::App& app) {
   add_part_option(cmd, &o->part);
   cmd->add_option("-c,--ctx", o->ctx, "Tokens per chunk")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("--chunks", o->chunks, "Chunks of text to run")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--probe-tokens", o->probe_tokens,
+                  "RateQuant: calibration tokens its probe runs per (layer, side, width), in chunks of -c (at most)")
+      ->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->callback([o]() {
     VQ_CHECK(kv::parse_method(o->kv).needs_calibration(),
@@ -47,6 +54,28 @@ Runner add_calibrate_command(CLI::App& app) {
     const int64_t n_chunks = std::min<int64_t>(o->chunks, int64_t(tokens.size()) / o->ctx);
     VQ_CHECK(n_chunks > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), o->ctx));
 
+    if (kv::is_ratequant(method)) {
+      // Refuse an unreachable budget before the probe runs.
+      const int L = int(model->cache_layout().size());
+      kv::ratequant_budget(method, 2 * L);
+      const int64_t ctx = std::min(o->ctx, o->probe_tokens);
+      const int64_t n = std::min<int64_t>(std::max<int64_t>(1, o->probe_tokens / ctx), int64_t(tokens.size()) / ctx);
+      VQ_CHECK(n > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), ctx));
+      std::vector<std::vector<int32_t>> chunks;
+      for (int64_t c = 0; c < n; ++c) {
+        chunks.emplace_back(tokens.begin() + c * ctx, tokens.begin() + (c + 1) * ctx);
+        if (tok.add_bos() && tok.bos() >= 0) chunks.back()[0] = tok.bos();
+      }
+      fmt::print(stderr, "probing {}: {} layers x 2 sides x {} widths over {} chunk(s) of {} tokens\n", method.spec(), L,
+                 kv::ratequant_widths(method).size(), n, ctx);
+      const auto probe = run_rate_probe(*model, method, chunks);
+      const std::string source = fmt::format("{} ({}), probe over {} chunk(s) of {} tokens", o->file, o->part, n, ctx);
+      const kv::Calibration calib = kv::ratequant_calibration(method, model->identity(), source, n * ctx, probe);
+      kv::save_calibration(o->out, calib);
+      fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), source);
+      print_calibration(calib);
+      return 0;
+    }
     kv::SampleCollector collector(model->cache_layout());
     engine::Session session(*model, kv::parse_method("fp16"), o->ctx);
     session.set_observer(&collector);
@@ -64,15 +93,7 @@ Runner add_calibrate_command(CLI::App& app) {
     const kv::Calibration calib = kv::calibrate(method, collector.take(), model->identity(), source);
     kv::save_calibration(o->out, calib);
     fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), source);
-    const auto levels = [](const std::vector<float>& v) {
-      std::string s;
-      for (float x : v) s += fmt::format("{}{:+.3f}", s.empty() ? "" : " ", x);
-      return s;
-    };
-    for (size_t l = 0; l < calib.layers.size(); ++l) {
-      fmt::print("layer {:2}  key levels [{}]  value levels [{}]\n", l, levels(calib.layers[l].key_levels),
-                 levels(calib.layers[l].value_levels));
-    }
+    print_calibration(calib);
     return 0;
   };
 }

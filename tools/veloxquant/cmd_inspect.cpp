@@ -1,10 +1,15 @@
 // `veloxquant inspect -m FILE`: a GGUF file's metadata and tensor table, and the tensor types it
-// really holds.
+// really holds. `veloxquant inspect --calib FILE`: what a calibration file holds (for RateQuant,
+// the per-layer bit allocation and its probe table).
 #include <fmt/format.h>
 
 #include <map>
 
+#include "veloxquant/error.h"
+#include "veloxquant/kv/calibration.h"
+
 #include "src/engine/gguf.h"
+#include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 
@@ -49,12 +54,24 @@ std::string value_text(const engine::GgufValue& v) {
 }  // namespace
 
 Runner add_inspect_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
+  auto* cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table, or a calibration file");
   auto model = std::make_shared<std::string>();
+  auto calib = std::make_shared<std::string>();
   auto no_tensors = std::make_shared<bool>(false);
-  cmd->add_option("-m,--model", *model, "GGUF file")->required();
+  auto* m_opt = cmd->add_option("-m,--model", *model, "GGUF file");
+  auto* c_opt = cmd->add_option("--calib", *calib, "Calibration file (from `veloxquant calibrate`)");
+  m_opt->excludes(c_opt);
   cmd->add_flag("--no-tensors", *no_tensors, "Only metadata and the type summary");
-  return [model, no_tensors]() {
+  cmd->callback([model, calib]() {
+    VQ_CHECK(!model->empty() || !calib->empty(), "inspect: give -m MODEL or --calib FILE");
+  });
+  return [model, calib, no_tensors]() {
+    if (!calib->empty()) {
+      const kv::Calibration c = kv::load_calibration(*calib);
+      fmt::print("file: {}\n", *calib);
+      print_calibration(c);
+      return 0;
+    }
     const auto f = engine::GgufFile::open(*model);
     fmt::print("file: {}\nGGUF version {}, {} bytes, alignment {}, data at byte {}\n\n", *model, f->version(),
                f->file_size(), f->alignment(), f->data_offset());

@@ -17,25 +17,12 @@
 #include "src/engine/session.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
+#include "tools/veloxquant/logit_kl.h"
 #include "veloxquant/kv/calibration.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
 
 namespace vq::cli {
-namespace {
-
-// log-softmax of one row, in double.
-void log_softmax(const float* x, int64_t n, std::vector<double>* out) {
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, double(x[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
-  const double lse = mx + std::log(sum);
-  out->resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) (*out)[size_t(i)] = double(x[i]) - lse;
-}
-
-}  // namespace
 
 Runner add_perplexity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Perplexity over a text file, chunked as llama-perplexity");

@@ -1,6 +1,7 @@
 // What a method learns offline from a model's activations on calibration text, bound to the
 // method spec and to the model it was made for, and saved as a checked file (magic, version,
-// CRC-32): `veloxquant calibrate` writes it, `--calib FILE` reads it.
+// CRC-32): `veloxquant calibrate` writes it, `--calib FILE` reads it. Besides learned datatypes it
+// can hold a bit allocation and the sensitivity probe it came from (RateQuant).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,11 @@ struct LayerCalibration {
   // centroids per sub-vector, laid out [sub-vector][centroid][coordinate].
   std::vector<float> key_smooth;
   std::vector<float> key_codebook, value_codebook;
+  // RateQuant: the bit widths allocated to this layer's keys and values (0: not a RateQuant
+  // calibration), and the probe's mean KL against fp16 (nats per scored token) when only this
+  // layer's keys, or only its values, were compressed at each width of Calibration::probe_bits.
+  int key_bits = 0, value_bits = 0;
+  std::vector<float> key_probe_kl, value_probe_kl;
 };
 
 // Which model a calibration belongs to: a calibration is refused for any other.
@@ -40,6 +46,8 @@ struct Calibration {
   std::string source;  // the text it was computed on
   int64_t tokens = 0;
   std::vector<LayerCalibration> layers;
+  // RateQuant: the candidate widths its probe tried, ascending (empty for other methods).
+  std::vector<int> probe_bits;
 };
 
 // One layer's activations from calibration text, as a method learns from them.

@@ -55,6 +55,10 @@ class MethodImpl {
   virtual bool needs_calibration() const { return false; }
   virtual void calibrate_keys(const LayerSamples&, LayerCalibration*) const {}
   virtual void calibrate_values(const LayerSamples&, LayerCalibration*) const {}
+  // A method whose codecs and bits depend on what its calibration holds as a whole (RateQuant's
+  // per-layer widths) returns itself bound to it, after checking it (vq::Error, kData); null
+  // when nothing changes (codecs read CodecContext::calib per layer).
+  virtual std::shared_ptr<const MethodImpl> calibrated(const Calibration&) const { return nullptr; }
 };
 
 struct MethodDef {

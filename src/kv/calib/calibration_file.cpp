@@ -1,6 +1,8 @@
-// Calibration files: a checked file ("VQCALIB1", version 2) whose payload is the spec, the model
-// identity, the source text's description, and per layer the key ranges, the two datatypes, the
-// key smoothing divisors and the two vector codebooks (version 1 had no vector quantizers).
+// Calibration files: a checked file ("VQCALIB1", version 3) whose payload is the spec, the model
+// identity, the source text's description, the RateQuant probe widths, and per layer the key
+// ranges, the two datatypes, the key smoothing divisors and the two vector codebooks (VecInfer),
+// and the RateQuant allocation and probe table. Older versions (without vector quantizers or
+// RateQuant) are refused by the version check: such a file is made again with `calibrate`.
 // Everything read is validated before use: counts against their limits, floats finite, ranges
 // ordered, levels ascending.
 #include <fmt/format.h>
@@ -20,7 +22,9 @@ namespace vq::kv {
 namespace {
 
 constexpr char kMagic[9] = "VQCALIB1";
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
+constexpr int64_t kMaxProbeWidths = 16, kMaxBits = 16;
+constexpr float kMaxProbeKl = 1e6f;  // nats per token; a real probe stays far below
 constexpr int64_t kMaxLayers = 4096, kMaxHeadDim = 4096, kMaxLevels = 256, kMaxHeads = 4096;
 constexpr int64_t kMaxVqCentroids = 256;
 constexpr float kMaxLevel = 16.0f;  // levels live near [-1, 1]; Q-Norm may move them a little
@@ -56,6 +60,8 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
   w.i64(c.model.head_dim);
   w.str(c.source);
   w.i64(c.tokens);
+  w.u64(c.probe_bits.size());
+  for (int b : c.probe_bits) w.i64(b);
   w.i64(int64_t(c.layers.size()));
   for (const LayerCalibration& l : c.layers) {
     w.i64(l.head_dim);
@@ -66,6 +72,10 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
     put_floats(w, l.key_smooth);
     put_floats(w, l.key_codebook);
     put_floats(w, l.value_codebook);
+    w.i64(l.key_bits);
+    w.i64(l.value_bits);
+    put_floats(w, l.key_probe_kl);
+    put_floats(w, l.value_probe_kl);
   }
   return w.data();
 }
@@ -82,6 +92,11 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
   c.model.head_dim = int(r.i64_in("model head size", 1, kMaxHeadDim));
   c.source = r.str("source", 4096);
   c.tokens = r.i64_in("tokens", 0, int64_t(1) << 40);
+  const int64_t n_widths = r.i64_in("probe widths", 0, kMaxProbeWidths);
+  for (int64_t i = 0; i < n_widths; ++i) {
+    c.probe_bits.push_back(int(r.i64_in("probe width", 1, kMaxBits)));
+    r.check(i == 0 || c.probe_bits[size_t(i) - 1] < c.probe_bits[size_t(i)], "probe widths", "not strictly ascending");
+  }
   const int64_t n_layers = r.i64_in("layer count", 0, kMaxLayers);
   r.check(n_layers == c.model.n_layer, "layer count", fmt::format("{} layers for a model of {}", n_layers, c.model.n_layer));
   for (int64_t l = 0; l < n_layers; ++l) {
@@ -114,6 +129,15 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
       r.check(book->size() % size_t(lc.head_dim) == 0, "codebook", "not a whole number of centroids per sub-vector");
       for (float x : *book) r.check(std::fabs(x) <= 65504.0f, "codebook", "a centroid lies outside the fp16 range");
     }
+    lc.key_bits = int(r.i64_in("key width", 0, kMaxBits));
+    lc.value_bits = int(r.i64_in("value width", 0, kMaxBits));
+    for (auto* kl : {&lc.key_probe_kl, &lc.value_probe_kl}) {
+      *kl = get_floats(r, "probe KL", 0, kMaxProbeWidths);
+      r.check(kl->size() == c.probe_bits.size(), "probe KL", "not one per probe width");
+      for (float x : *kl) r.check(x >= 0.0f && x <= kMaxProbeKl, "probe KL", "a KL below 0 or absurdly large");
+    }
+    r.check((lc.key_bits == 0) == (lc.value_bits == 0) && (lc.key_bits == 0) == c.probe_bits.empty(), "widths",
+            "an allocation without its probe, or a probe without its allocation");
     c.layers.push_back(std::move(lc));
   }
   r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));

@@ -1,0 +1,21 @@
+// RateQuant's sensitivity probe: for every (layer, side, candidate width), the model runs over
+// the calibration chunks with only that unit compressed by the base method at that width
+// (everything else fp16), and the mean KL of its next-token distributions against an fp16
+// cache's is recorded. Scored positions are the second half of each chunk, as perplexity scores.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "src/engine/model.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::cli {
+
+// probe[layer][side][i]: mean KL (nats per scored token) with that unit alone at width i of
+// kv::ratequant_widths(method). Progress goes to stderr.
+std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Model& model, const kv::Method& method,
+                                                               const std::vector<std::vector<int32_t>>& chunks);
+
+}  // namespace vq::cli
