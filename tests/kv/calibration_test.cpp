@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -247,6 +249,19 @@ TEST(CalibrationFile, RateQuantRoundTripsAndRefusesBadFiles) {
     EXPECT_THROW(parse_calibration(serialize_calibration(b), "test"), Error) << which;
   }
   std::remove(path.c_str());
+}
+
+// The committed seeds of fuzz_calibration are valid payloads of the current file format (a format
+// change must regenerate them: VQ_FUZZ_MAKE_SEEDS, see fuzz/README.md), so fuzzing starts deep.
+TEST(CalibrationFile, FuzzSeedsParse) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(VQ_SOURCE_DIR) + "/fuzz/corpus/fuzz_calibration")) {
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::vector<uint8_t> b{std::istreambuf_iterator<char>(f), {}};
+    EXPECT_NO_THROW(parse_calibration(b, e.path().string())) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 6);
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <utility>
 
 #include "tools/veloxquant/cli_util.h"
 #include "veloxquant/error.h"
@@ -86,8 +88,18 @@ void print_calibration(const kv::Calibration& c) {
     return s;
   };
   for (size_t l = 0; l < c.layers.size(); ++l) {
-    fmt::print("layer {:2}  key levels [{}]  value levels [{}]\n", l, levels(c.layers[l].key_levels),
-               levels(c.layers[l].value_levels));
+    const kv::LayerCalibration& lc = c.layers[l];
+    if (!lc.key_codebook.empty() || !lc.value_codebook.empty()) {
+      // Vector quantizers: codebook shapes and the spread of the key smoothing divisors.
+      const auto [lo, hi] = lc.key_smooth.empty() ? std::pair<float, float>{1.0f, 1.0f}
+                                                  : std::pair<float, float>{
+                                                        *std::min_element(lc.key_smooth.begin(), lc.key_smooth.end()),
+                                                        *std::max_element(lc.key_smooth.begin(), lc.key_smooth.end())};
+      fmt::print("layer {:2}  key codebook {} floats, value codebook {} floats, key smoothing in [{:.3f}, {:.3f}]\n", l,
+                 lc.key_codebook.size(), lc.value_codebook.size(), lo, hi);
+      continue;
+    }
+    fmt::print("layer {:2}  key levels [{}]  value levels [{}]\n", l, levels(lc.key_levels), levels(lc.value_levels));
   }
 }
 
