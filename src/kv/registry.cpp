@@ -3,10 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "src/core/random_rotation.h"
+#include "src/core/rng.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
-
-#include "src/core/rng.h"
 
 namespace vq::kv {
 
@@ -56,6 +56,13 @@ void check_hadamard_dim(const char* method, int d, int lo) {
   VQ_CHECK(d >= lo && d <= 4096 && (d & (d - 1)) == 0,
            fmt::format("{}: head_dim must be a power of two in [{}, 4096] (the rotation is a Hadamard transform), got {}",
                        method, lo, d));
+}
+
+void check_rotation_dim(const char* method, int d, int lo) {
+  const bool pow2 = d > 0 && (d & (d - 1)) == 0;
+  VQ_CHECK(d >= lo && (pow2 ? d <= 4096 : d <= int(RandomRotation::kMaxDense)),
+           fmt::format("{}: head_dim must be in [{}, {}] (a power of two up to 4096 takes the Hadamard rotation), got {}",
+                       method, lo, RandomRotation::kMaxDense, d));
 }
 
 uint64_t layer_seed(uint64_t seed, int layer, int side) {

@@ -32,6 +32,9 @@ std::vector<ParamInfo> rotated_method_params(std::vector<ParamInfo> own);
 // Refuses (vq::Error) a head_dim that is not a power of two in [lo, 4096], which a method whose
 // rotation is a Hadamard transform needs.
 void check_hadamard_dim(const char* method, int d, int lo = 4);
+// Refuses a head_dim that the rotation wrappers (rotation.h) cannot rotate: below lo, a power of
+// two above 4096, or any other dimension above RandomRotation::kMaxDense (a dense matrix).
+void check_rotation_dim(const char* method, int d, int lo = 4);
 
 // Reading a parsed value (already type- and range-checked by the parser).
 inline int param_int(const ParamValues& v, const std::string& key) { return int(v.at(key)); }
@@ -40,5 +43,24 @@ inline bool param_bool(const ParamValues& v, const std::string& key) { return v.
 
 // Seeds for per-layer random state, distinct for keys and values.
 uint64_t layer_seed(uint64_t seed, int layer, int side);
+
+// What the rotation-based methods (rotated_method_params) share: the seed of their per-layer,
+// per-side rotations, and the fp16 window and sinks, the same for keys and values.
+class RotatedMethod : public MethodImpl {
+ public:
+  explicit RotatedMethod(const ParamValues& v)
+      : seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
+  int key_keep() const override { return residual_; }
+  int value_keep() const override { return residual_; }
+  int sink_tokens() const override { return sink_; }
+
+ protected:
+  // side 0: keys, 1: values.
+  uint64_t rotation_seed(int layer, int side) const { return layer_seed(seed_, layer, side); }
+
+ private:
+  uint64_t seed_;
+  int residual_, sink_;
+};
 
 }  // namespace vq::kv

@@ -1,4 +1,5 @@
-// Wrappers that put a randomized Hadamard rotation in front of any codec: keys and values are
+// Wrappers that put a seeded random rotation (randomized Hadamard for power-of-two head dims, a
+// dense random orthogonal matrix otherwise) in front of any codec: keys and values are
 // rotated before encoding, the query is rotated once per step (never the keys back), and the
 // value accumulator is rotated back once at the end.
 #pragma once

@@ -79,7 +79,8 @@ const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q
                         "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1", "kivi:residual=32",
                         "kivi:kbits=4,vbits=3,residual=24,group=16", "kivi:kaxis=token,residual=16",
                         "k=kivi:residual=20,v=q4", "turbo-rvq:bits=1,residual=8", "qjl:m=128,residual=16",
-                        "qjl:m=64,outliers=0,group=16,sink=1", "turbo-prod", "k=turbo-prod:bits=2,residual=5,v=turbo"};
+                        "qjl:m=64,outliers=0,group=16,sink=1", "turbo-prod", "k=turbo-prod:bits=2,residual=5,v=turbo",
+                        "polar:residual=8", "k=rabitq:bits=3,residual=4,v=rabitq:bits=2"};
 
 TEST(Attention, FusedEqualsReferenceDecodeAndPrefill) {
   for (const char* spec : kSpecs) {
@@ -107,6 +108,19 @@ TEST(Attention, GroupedQueryShapes) {
     c.kv_heads = kvh;
     c.d = 128;
     EXPECT_LT(run_case(c), tolerance(c.spec)) << qh << "/" << kvh;
+  }
+}
+
+// A head dim that is not a power of two: rotated methods take the dense random rotation.
+TEST(Attention, DenseRotationHeadDim) {
+  for (const char* spec : {"q4:rot=1", "q8:rot=1,residual=7,sink=1", "turbo:bits=4,residual=8", "turbo-prod"}) {
+    for (int ubatch : {1, 40}) {
+      Case c{spec};
+      c.d = 96;
+      c.ubatch = ubatch;
+      c.ctx = ubatch == 1 ? 100 : 300;
+      EXPECT_LT(run_case(c), tolerance(spec)) << spec << " ubatch " << ubatch;
+    }
   }
 }
 

@@ -205,4 +205,14 @@ inline void check_all(const std::string& spec, const std::vector<int>& dims, int
   }
 }
 
+// A rotated spec's head dims: powers of two take the Hadamard rotation, others a dense random
+// rotation up to RandomRotation::kMaxDense (1024); beyond it the dimension is refused.
+inline void check_rotation_dims(const std::string& spec) {
+  const Method m = parse_method(spec);
+  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{96, 0, 1})) << spec;
+  EXPECT_NO_THROW(m.values().value_codec(CodecContext{96, 0, 1})) << spec;
+  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{2048, 0, 1})) << spec;
+  EXPECT_THROW(m.keys().key_codec(CodecContext{1056, 0, 1}), Error) << spec;
+}
+
 }  // namespace vq::kv::testing

@@ -45,8 +45,7 @@ class BaselineMethod final : public MethodImpl {
 
  private:
   static void check_rotatable(int d) {
-    VQ_CHECK(is_power_of_two(size_t(d)),
-             fmt::format("rot=1 needs a power-of-two head_dim, got {}", d));
+    check_rotation_dim("rot=1", d, 1);
   }
   BaselineCodecs codecs_;
   bool rot_;

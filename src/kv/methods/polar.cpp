@@ -146,26 +146,22 @@ class PolarRows {
   size_t row_ = 0;
 };
 
-class PolarMethod final : public MethodImpl {
+class PolarMethod final : public RotatedMethod {
  public:
   explicit PolarMethod(const ParamValues& v)
-      : levels_(param_int(v, "levels")), bits1_(param_int(v, "bits1")), bits_(param_int(v, "bits")),
-        seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
+      : RotatedMethod(v), levels_(param_int(v, "levels")), bits1_(param_int(v, "bits1")), bits_(param_int(v, "bits")) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
     return rotate_keys(std::make_unique<RowKeyCodec<PolarRows>>(PolarRows(ctx.head_dim, levels_, bits1_, bits_)),
-                       layer_seed(seed_, ctx.layer, 0));
+                       rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
     return rotate_values(std::make_unique<RowValueCodec<PolarRows>>(PolarRows(ctx.head_dim, levels_, bits1_, bits_)),
-                         layer_seed(seed_, ctx.layer, 1));
+                         rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return row_bits(d); }
   double value_bits(int d) const override { return row_bits(d); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   double row_bits(int d) const {
@@ -179,8 +175,6 @@ class PolarMethod final : public MethodImpl {
              fmt::format("polar: levels={} needs head_dim of at least 2^{}, got {}", levels_, levels_, d));
   }
   int levels_, bits1_, bits_;
-  uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace

@@ -292,16 +292,13 @@ class RabitqValueCodec final : public ValueCodec {
   RabitqRows rows_;
 };
 
-class RabitqMethod final : public MethodImpl {
+class RabitqMethod final : public RotatedMethod {
  public:
   explicit RabitqMethod(const ParamValues& v)
-      : bits_(param_int(v, "bits")),
-        seed_(uint64_t(param_int(v, "seed"))),
-        residual_(param_int(v, "residual")),
-        sink_(param_int(v, "sink")) {}
+      : RotatedMethod(v), bits_(param_int(v, "bits")) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    const uint64_t rot = layer_seed(seed_, ctx.layer, 0);
+    const uint64_t rot = rotation_seed(ctx.layer, 0);
     uint64_t dither = rot ^ 0x51ab17c0de5eed5bull;  // the query offsets' own stream
     return rotate_keys(std::make_unique<RabitqKeyCodec>(ctx.head_dim, bits_, splitmix64(dither)),
                        rot);
@@ -309,13 +306,10 @@ class RabitqMethod final : public MethodImpl {
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
     return rotate_values(std::make_unique<RabitqValueCodec>(ctx.head_dim, bits_),
-                         layer_seed(seed_, ctx.layer, 1));
+                         rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   double bits(int d) const { return bits_ + 8.0 * double(rabitq::scalar_bytes(bits_)) / d; }
@@ -323,8 +317,6 @@ class RabitqMethod final : public MethodImpl {
     check_hadamard_dim("rabitq", d, 8);
   }
   int bits_;
-  uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace

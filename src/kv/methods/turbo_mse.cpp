@@ -14,10 +14,14 @@
 // level table scaled by its norm: q . x_hat = ||x|| sum_j q'_j c[code_j]. Values accumulate in
 // the rotated space and are rotated back once per step (the rotation wrappers of rot=1).
 //
-// Deviations: the paper's rotation is a dense random orthogonal matrix; the randomized Hadamard
-// transform is used instead (O(d log d), the same as llama.cpp's rotated caches), so head_dim must
-// be a power of two (others are refused). The fractional settings (2.5 and 3.5 bits with outlier
-// channels at one bit more) are not implemented.
+// norm=1 or 2 store ||x|| / ||c|| (length kept) or ||x|| / <u, c> (<x, x_hat> = ||x||^2) in
+// place of the norm: deviations from the paper, off by default (turbo_rows.h).
+//
+// Deviations: the paper's rotation is a dense random orthogonal matrix; for power-of-two head dims
+// the randomized Hadamard transform is used instead (O(d log d), the same as llama.cpp's rotated
+// caches); other head dims (up to 1024) take the dense matrix (src/core/random_rotation.h). The
+// fractional settings (2.5 and 3.5 bits with outlier channels at one bit more) are not
+// implemented.
 //
 // Layout: 16 tokens per block, a row per token: fp16 norm, then the codes as B bit planes of
 // ceil(d/8) bytes. Bits per element: B + 16/d (the norm counts).
@@ -38,7 +42,7 @@ namespace vq::kv {
 namespace {
 
 // Rows whose codes are the nearest Lloyd–Max level of the sphere's coordinate density.
-TurboRows mse_rows(int d, int bits) {
+TurboRows mse_rows(int d, int bits, TurboRows::NormMode norm_mode = TurboRows::NormMode::kNorm) {
   const std::vector<float>& levels = lloyd_max_sphere(d, bits).levels;
   std::vector<float> mids = level_midpoints(levels);
   const size_t param_bytes = (levels.size() + mids.size()) * sizeof(float);
@@ -47,36 +51,32 @@ TurboRows mse_rows(int d, int bits) {
       [d, mids = std::move(mids)](const float* u, uint8_t* codes) {
         for (int j = 0; j < d; ++j) codes[j] = uint8_t(nearest_level(mids.data(), int(mids.size()), u[j]));
       },
-      param_bytes);
+      param_bytes, norm_mode);
 }
 
-class TurboMethod final : public MethodImpl {
+class TurboMethod final : public RotatedMethod {
  public:
   explicit TurboMethod(const ParamValues& v)
-      : bits_(param_int(v, "bits")), seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")),
-        sink_(param_int(v, "sink")) {}
+      : RotatedMethod(v), bits_(param_int(v, "bits")),
+        norm_mode_(TurboRows::NormMode(param_int(v, "norm"))) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_keys(std::make_unique<TurboKeyCodec>(mse_rows(ctx.head_dim, bits_)), layer_seed(seed_, ctx.layer, 0));
+    return rotate_keys(std::make_unique<TurboKeyCodec>(mse_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_values(std::make_unique<TurboValueCodec>(mse_rows(ctx.head_dim, bits_)), layer_seed(seed_, ctx.layer, 1));
+    return rotate_values(std::make_unique<TurboValueCodec>(mse_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   double bits(int d) const { return turbo_row_bits(d, bits_); }
   static void check(int d) {
-    check_hadamard_dim("turbo", d, 4);
+    check_rotation_dim("turbo", d, 4);
   }
   int bits_;
-  uint64_t seed_;
-  int residual_, sink_;
+  TurboRows::NormMode norm_mode_;
 };
 
 }  // namespace
@@ -85,7 +85,10 @@ const MethodDef& turbo_method() {
   static const MethodDef def{
       {"turbo",
        "TurboQuant-MSE: norm + randomized Hadamard rotation + Lloyd-Max codes of the sphere's coordinate density",
-       rotated_method_params({{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}}})},
+       rotated_method_params({{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}},
+                              {"norm", ParamType::kInt, 0, 0, 2,
+                               "stored scale: 0 the norm (paper), 1 norm / |c| (length kept), 2 norm / <u, c> (inner products unbiased)",
+                               {}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<TurboMethod>(v); }};
   return def;
 }

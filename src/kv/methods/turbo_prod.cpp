@@ -18,8 +18,8 @@
 // used by values: accumulation keeps d floats for the MSE parts and m floats for the weighted sign
 // vectors, and S^T is applied once per step in finalize.
 //
-// Deviations: the rotation is the randomized Hadamard transform (as turbo_mse.cpp; head_dim a
-// power of two) instead of a dense random orthogonal matrix; the paper's S is d x d, here m rows
+// Deviations: the rotation is the randomized Hadamard transform for power-of-two head dims (as
+// turbo_mse.cpp; the dense random orthogonal matrix for others); the paper's S is d x d, here m rows
 // (default m = head_dim, the paper's choice; a multiple of 8); B = 1 (sketch only, no MSE stage) is
 // not offered; norms are fp16, clamped to its largest finite value.
 //
@@ -221,47 +221,38 @@ class ProdValueCodec final : public ValueCodec {
   ProdRows rows_;
 };
 
-class ProdMethod final : public MethodImpl {
+class ProdMethod final : public RotatedMethod {
  public:
   explicit ProdMethod(const ParamValues& v)
-      : bits_(param_int(v, "bits")), m_(param_int(v, "m")), seed_(uint64_t(param_int(v, "seed"))),
-        residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {
+      : RotatedMethod(v), bits_(param_int(v, "bits")), m_(param_int(v, "m")) {
     VQ_CHECK(m_ % 8 == 0, fmt::format("turbo-prod: m must be a multiple of 8 (whole bytes of signs), got {}", m_));
   }
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     const int m = rows(ctx.head_dim);
     return rotate_keys(std::make_unique<ProdKeyCodec>(ctx.head_dim, bits_, m,
-                                                      qjl::sketch_seed(layer_seed(seed_, ctx.layer, 0))),
-                       layer_seed(seed_, ctx.layer, 0));
+                                                      qjl::sketch_seed(rotation_seed(ctx.layer, 0))),
+                       rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     const int m = rows(ctx.head_dim);
     return rotate_values(std::make_unique<ProdValueCodec>(ctx.head_dim, bits_, m,
-                                                          qjl::sketch_seed(layer_seed(seed_, ctx.layer, 1))),
-                         layer_seed(seed_, ctx.layer, 1));
+                                                          qjl::sketch_seed(rotation_seed(ctx.layer, 1))),
+                         rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   int sketch_rows(int d) const { return m_ > 0 ? m_ : d; }
   double bits(int d) const { return 8.0 * double(prod_row_bytes(d, bits_, sketch_rows(d))) / d; }
   // Checks the head dimension and returns the sketch's rows.
   int rows(int d) const {
-    VQ_CHECK(d >= 4 && d <= 4096 && is_power_of_two(size_t(d)),
-             fmt::format("turbo-prod: head_dim must be a power of two in [4, 4096] (the rotation is a Hadamard "
-                         "transform), got {}",
-                         d));
+    check_rotation_dim("turbo-prod", d, 4);
     const int m = sketch_rows(d);
     VQ_CHECK(m % 8 == 0, fmt::format("turbo-prod: m = head_dim = {} is not a multiple of 8; give m", d));
     return m;
   }
   int bits_, m_;
-  uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace

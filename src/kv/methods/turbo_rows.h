@@ -32,9 +32,15 @@ class TurboRows {
   // quantize(u, codes): codes (< 2^bits) of the d coordinates of the unit vector u.
   using Quantizer = std::function<void(const float* u, uint8_t* codes)>;
 
-  TurboRows(int d, int bits, std::vector<float> table, Quantizer quantize, size_t param_bytes)
+  // What the stored fp16 scale is. kNorm: ||x||, the paper's. kNormMatched: ||x|| / ||c||, so
+  // that the reconstruction keeps x's length. kInnerUnbiased: ||x|| / <u, c>, so that
+  // <x, x_hat> = ||x||^2 (RaBitQ's correction): the Lloyd-Max reconstruction c is a conditional
+  // mean and shorter than u, which shrinks every inner product by about (1 - D).
+  enum class NormMode { kNorm = 0, kNormMatched = 1, kInnerUnbiased = 2 };
+  TurboRows(int d, int bits, std::vector<float> table, Quantizer quantize, size_t param_bytes,
+            NormMode norm_mode = NormMode::kNorm)
       : d_(d), bits_(bits), table_(std::move(table)), quantize_(std::move(quantize)),
-        row_(2 + size_t(bits) * plane_bytes(d)), param_bytes_(param_bytes) {}
+        row_(2 + size_t(bits) * plane_bytes(d)), param_bytes_(param_bytes), norm_mode_(norm_mode) {}
   int head_dim() const { return d_; }
   size_t row_bytes() const { return row_; }
   size_t param_bytes() const { return param_bytes_; }
@@ -43,14 +49,25 @@ class TurboRows {
     double ss = 0;
     for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
     const float norm = float(std::sqrt(ss));
-    const uint16_t h = f32_to_f16(std::min(norm, 65504.0f));
-    std::memcpy(row, &h, 2);
     float u[kMaxDim];  // d <= kMaxDim is checked by the methods
     uint8_t codes[kMaxDim];
     const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
     for (int j = 0; j < d_; ++j) u[j] = x[j] * inv;
     quantize_(u, codes);
     pack_planes(codes, d_, bits_, row + 2);
+    float scale = norm;
+    if (norm_mode_ != NormMode::kNorm && norm > 0.0f) {
+      double cc = 0, uc = 0;
+      for (int j = 0; j < d_; ++j) {
+        const double c = table_[codes[j]];
+        cc += c * c;
+        uc += double(u[j]) * c;
+      }
+      const double den = norm_mode_ == NormMode::kNormMatched ? std::sqrt(cc) : uc;
+      if (den > 0) scale = float(norm / den);
+    }
+    const uint16_t h = f32_to_f16(std::min(scale, 65504.0f));
+    std::memcpy(row, &h, 2);
   }
   void decode(const uint8_t* row, float* x) const {
     uint16_t h;
@@ -62,6 +79,7 @@ class TurboRows {
   std::vector<float> table_;
   Quantizer quantize_;
   size_t row_, param_bytes_;
+  NormMode norm_mode_;
 };
 
 // Tokens [i0, i1) of a run of blocks of kTurboBlockTokens rows decoded a tile at a time

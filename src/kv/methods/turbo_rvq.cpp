@@ -20,8 +20,8 @@
 // the query is rotated once per step, values are accumulated in the rotated space and rotated
 // back once.
 //
-// Deviations: as for TurboQuant-MSE, the rotation is the randomized Hadamard transform, so
-// head_dim must be a power of two. Encoding is greedy (stage 1, then stage 2 on its residual),
+// Deviations: as for TurboQuant-MSE, the rotation is the randomized Hadamard transform for
+// power-of-two head dims (the dense random rotation for others). Encoding is greedy (stage 1, then stage 2 on its residual),
 // as residual quantization is; no joint search over the pair of codes.
 //
 // Layout: TurboQuant-MSE's with 2B bit planes: 16 tokens per block, per token an fp16 norm and
@@ -77,33 +77,27 @@ TurboRows rvq_rows(int d, int bits) {
       param_bytes);
 }
 
-class TurboRvqMethod final : public MethodImpl {
+class TurboRvqMethod final : public RotatedMethod {
  public:
   explicit TurboRvqMethod(const ParamValues& v)
-      : bits_(param_int(v, "bits")), seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")),
-        sink_(param_int(v, "sink")) {}
+      : RotatedMethod(v), bits_(param_int(v, "bits")) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_keys(std::make_unique<TurboKeyCodec>(rvq_rows(ctx.head_dim, bits_)), layer_seed(seed_, ctx.layer, 0));
+    return rotate_keys(std::make_unique<TurboKeyCodec>(rvq_rows(ctx.head_dim, bits_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
     return rotate_values(std::make_unique<TurboValueCodec>(rvq_rows(ctx.head_dim, bits_)),
-                         layer_seed(seed_, ctx.layer, 1));
+                         rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return turbo_row_bits(d, 2 * bits_); }
   double value_bits(int d) const override { return turbo_row_bits(d, 2 * bits_); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   static void check(int d) {
-    check_hadamard_dim("turbo-rvq", d, 4);
+    check_rotation_dim("turbo-rvq", d, 4);
   }
   int bits_;
-  uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ TEST(Method_turbo_prod, FusedEqualsReference) {
     check_all(spec, {64, 128, 256}, 64);
   }
   check_all("turbo-prod:bits=2,m=8", {8}, 64);
+  check_all("turbo-prod", {96}, 64);  // the dense random rotation
 }
 
 TEST(Method_turbo_prod, BitsPerElementCountBothNorms) {
@@ -40,7 +41,7 @@ TEST(Method_turbo_prod, BadSpecsAreRefused) {
                            "turbo-prod:rot=1", "turbo-prod:seed=-3"}) {
     EXPECT_THROW(parse_method(spec), Error) << spec;
   }
-  EXPECT_THROW(parse_method("turbo-prod").keys().key_codec(CodecContext{96, 0, 1}), Error);
+  check_rotation_dims("turbo-prod");
   EXPECT_THROW(parse_method("turbo-prod").values().value_codec(CodecContext{4, 0, 1}), Error);  // m = d = 4
   EXPECT_NO_THROW(parse_method("turbo-prod:m=8").values().value_codec(CodecContext{4, 0, 1}));
 }

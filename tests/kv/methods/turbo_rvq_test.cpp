@@ -21,13 +21,14 @@ TEST(Method_turbo_rvq, FusedEqualsReference) {
        {"turbo-rvq", "turbo-rvq:bits=1", "turbo-rvq:bits=3,seed=5", "turbo-rvq:bits=4", "k=turbo-rvq:bits=1,v=turbo:bits=2"}) {
     check_all(spec, {64, 128, 256}, 64);
   }
+  check_all("turbo-rvq", {96}, 64);  // the dense random rotation
 }
 
 TEST(Method_turbo_rvq, BitsPerElementCountBothStagesAndTheNorm) {
   EXPECT_DOUBLE_EQ(parse_method("turbo-rvq").bits_per_element(128), 4.125);
   EXPECT_DOUBLE_EQ(parse_method("turbo-rvq:bits=1").bits_per_element(256), 2.0625);
   EXPECT_THROW(parse_method("turbo-rvq:bits=5"), Error);
-  EXPECT_THROW(parse_method("turbo-rvq").keys().key_codec(CodecContext{96, 0, 1}), Error);
+  check_rotation_dims("turbo-rvq");
 }
 
 // Max (1960) and Paez & Glisson (1972): the unit-variance Gaussian's 1-bit quantizer is

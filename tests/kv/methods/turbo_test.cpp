@@ -18,12 +18,15 @@ TEST(Method_turbo, FusedEqualsReference) {
   for (const char* spec : {"turbo", "turbo:bits=1", "turbo:bits=2", "turbo:bits=4,seed=9", "k=turbo:bits=3,v=turbo:bits=2"}) {
     check_all(spec, {64, 128, 256}, 64);
   }
+  // Head dims that are not powers of two take the dense random rotation.
+  for (const char* spec : {"turbo", "turbo:bits=4,norm=2"}) check_all(spec, {80, 96}, 64);
 }
 
 TEST(Method_turbo, BitsPerElementCountTheNorm) {
   EXPECT_DOUBLE_EQ(parse_method("turbo").bits_per_element(128), 3.125);
   EXPECT_DOUBLE_EQ(parse_method("turbo:bits=1").bits_per_element(256), 1.0625);
-  EXPECT_THROW(parse_method("turbo").keys().key_codec(CodecContext{96, 0, 1}), Error);
+  check_rotation_dims("turbo");
+  EXPECT_THROW(parse_method("turbo").keys().key_codec(CodecContext{2, 0, 1}), Error);
 }
 
 // The paper (section 3.1) gives D_mse = 0.36, 0.117, 0.03, 0.009 for b = 1..4. The exact
@@ -60,6 +63,42 @@ TEST(Method_turbo, DistortionMatchesTheSolverAndThePaper) {
       EXPECT_NEAR(measured / paper[b - 1], 1.0, 0.10);
     }
   }
+}
+
+// norm=1 stores ||x|| / ||c||, so the reconstruction keeps x's length; norm=2 stores
+// ||x|| / <u, c>, so <x, x_hat> = ||x||^2; the paper's norm=0 shrinks both by about (1 - D).
+// Exact up to the fp16 rounding of the stored scale (2^-11 relative).
+TEST(Method_turbo, NormCorrections) {
+  const int d = 96;  // the dense rotation: the corrections hold whatever the rotation
+  for (int mode = 0; mode <= 2; ++mode) {
+    const auto kc = parse_method("turbo:bits=2,norm=" + std::to_string(mode)).keys().key_codec(CodecContext{d, 0, 7});
+    Rng rng(uint64_t(40 + mode));
+    std::vector<float> x(size_t(16) * d), y(x.size());
+    for (auto& v : x) v = float(rng.normal()) * 3.0f;
+    std::vector<uint8_t> block(kc->block_bytes());
+    kc->encode(x.data(), 0, block.data());
+    kc->decode(block.data(), 0, y.data());
+    double shrink = 0;
+    for (int t = 0; t < 16; ++t) {
+      double xx = 0, yy = 0, xy = 0;
+      for (int j = 0; j < d; ++j) {
+        const double a = x[size_t(t) * d + j], b = y[size_t(t) * d + j];
+        xx += a * a;
+        yy += b * b;
+        xy += a * b;
+      }
+      if (mode == 1) {
+        EXPECT_NEAR(std::sqrt(yy / xx), 1.0, 1e-3) << t;
+      } else if (mode == 2) {
+        EXPECT_NEAR(xy / xx, 1.0, 1e-3) << t;
+      }
+      shrink += xy / xx / 16;
+    }
+    if (mode == 0) {
+      EXPECT_NEAR(shrink, 1.0 - lloyd_max_sphere(d, 2).vector_mse(d), 0.02);
+    }
+  }
+  EXPECT_THROW(parse_method("turbo:norm=3"), Error);
 }
 
 TEST(LloydMax, LevelsAreSymmetricAndOptimal) {

@@ -1,0 +1,38 @@
+// A seeded random rotation of R^n for any n: the randomized Hadamard transform H D / sqrt(n)
+// (O(n log n)) when n is a power of two, otherwise a dense orthogonal matrix drawn from the Haar
+// measure, the rotation TurboQuant's paper specifies (QR of a Gaussian matrix with the signs of
+// R's diagonal moved into Q, Mezzadri 2007), applied as a matrix product (O(n^2)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "src/core/hadamard.h"
+
+namespace vq {
+
+class RandomRotation {
+ public:
+  // The largest dimension that takes a dense matrix (4 MiB of floats).
+  static constexpr size_t kMaxDense = 1024;
+
+  RandomRotation(size_t n, uint64_t seed);
+
+  size_t size() const { return n_; }
+  bool dense() const { return !hadamard_; }
+  // x <- Q x.
+  void forward(float* x) const;
+  // x <- Q^T x, the inverse of forward.
+  void inverse(float* x) const;
+  // Bytes the rotation keeps: the signs of the Hadamard form, or the dense matrix.
+  size_t bytes() const;
+
+ private:
+  size_t n_;
+  std::optional<RandomizedHadamard> hadamard_;
+  std::vector<float> q_;  // dense: row-major n x n
+};
+
+}  // namespace vq
