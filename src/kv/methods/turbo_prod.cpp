@@ -41,6 +41,7 @@
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/methods/qjl_sketch.h"
+#include "src/kv/methods/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
 #include "veloxquant/error.h"
@@ -50,7 +51,7 @@ namespace {
 
 using qjl::kQjlScale;
 
-constexpr int kBlockTokens = 16;
+constexpr int kBlockTokens = kTurboBlockTokens;
 
 size_t prod_row_bytes(int d, int bits, int m) { return 4 + size_t(bits - 1) * plane_bytes(d) + size_t(m) / 8; }
 
@@ -66,6 +67,7 @@ class ProdRows {
   ProdRows(int d, int bits, int m, uint64_t sketch_seed)
       : d_(d), mse_bits_(bits - 1), m_(m), levels_(lloyd_max_sphere(d, bits - 1).levels),
         mids_(level_midpoints(levels_)), sketch_(m, d, sketch_seed), row_(prod_row_bytes(d, bits, m)) {}
+  int head_dim() const { return d_; }
   size_t row_bytes() const { return row_; }
   int m() const { return m_; }
   const qjl::GaussianSketch& sketch() const { return sketch_; }
@@ -122,40 +124,27 @@ class ProdRows {
   size_t row_;
 };
 
-class ProdKeyCodec final : public KeyCodec {
+class ProdKeyCodec final : public RowBlockCodec<KeyCodec, ProdRows> {
  public:
-  ProdKeyCodec(int d, int bits, int m, uint64_t sketch_seed) : d_(d), rows_(d, bits, m, sketch_seed) {}
-  int head_dim() const override { return d_; }
-  int block_tokens() const override { return kBlockTokens; }
-  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* keys, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kBlockTokens; ++t) rows_.encode(keys + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
-  }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* key, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(key, block + size_t(slot) * rows_.row_bytes());
-  }
-  void decode(const uint8_t* block, int64_t, float* keys) const override {
-    for (int t = 0; t < kBlockTokens; ++t) rows_.decode(block + size_t(t) * rows_.row_bytes(), keys + size_t(t) * d_);
-  }
+  ProdKeyCodec(int d, int bits, int m, uint64_t sketch_seed)
+      : RowBlockCodec(ProdRows(d, bits, m, sketch_seed)), d_(d) {}
   // q' (rotated by the wrapper) and S q'.
-  size_t query_state_floats() const override { return size_t(d_) + size_t(rows_.m()); }
+  size_t query_state_floats() const override { return size_t(d_) + size_t(rows().m()); }
   void prepare_query(const float* q, float* state) const override {
     std::copy_n(q, d_, state);
-    rows_.sketch().project(q, rows_.m(), state + d_);
+    rows().sketch().project(q, rows().m(), state + d_);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
     const size_t qs = query_state_floats();
-    rows_.mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    rows().mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, qs, tile, size_t(d_), n, d_, out + (a - i0), out_stride);
     });
-    const int bytes = rows_.m() / 8;
+    const int bytes = rows().m() / 8;
     for (int64_t i = i0; i < i1; ++i) {
-      const uint8_t* row = rows_.token(blocks, i);
-      const float coef = rows_.sketch_coef(row);
-      const uint8_t* bits = rows_.signs(row);
+      const uint8_t* row = rows().token(blocks, i);
+      const float coef = rows().sketch_coef(row);
+      const uint8_t* bits = rows().signs(row);
       for (int r = 0; r < n_q; ++r) {
         out[size_t(r) * out_stride + size_t(i - i0)] += coef * qjl::sign_dot(states + size_t(r) * qs + d_, bits, bytes);
       }
@@ -164,39 +153,25 @@ class ProdKeyCodec final : public KeyCodec {
 
  private:
   int d_;
-  ProdRows rows_;
 };
 
-class ProdValueCodec final : public ValueCodec {
+class ProdValueCodec final : public RowBlockCodec<ValueCodec, ProdRows> {
  public:
-  ProdValueCodec(int d, int bits, int m, uint64_t sketch_seed) : d_(d), rows_(d, bits, m, sketch_seed) {}
-  int head_dim() const override { return d_; }
-  int block_tokens() const override { return kBlockTokens; }
-  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* values, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kBlockTokens; ++t) rows_.encode(values + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
-  }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(value, block + size_t(slot) * rows_.row_bytes());
-  }
-  void decode(const uint8_t* block, int64_t, float* values) const override {
-    for (int t = 0; t < kBlockTokens; ++t) rows_.decode(block + size_t(t) * rows_.row_bytes(), values + size_t(t) * d_);
-  }
+  ProdValueCodec(int d, int bits, int m, uint64_t sketch_seed)
+      : RowBlockCodec(ProdRows(d, bits, m, sketch_seed)), d_(d) {}
   // d floats for the MSE parts, then m floats of weighted signs (S^T applied once, in finalize).
-  size_t accum_floats() const override { return size_t(d_) + size_t(rows_.m()); }
+  size_t accum_floats() const override { return size_t(d_) + size_t(rows().m()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
     const size_t as = accum_floats();
-    rows_.mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    rows().mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, as);
     });
-    const int bytes = rows_.m() / 8;
+    const int bytes = rows().m() / 8;
     for (int64_t i = i0; i < i1; ++i) {
-      const uint8_t* row = rows_.token(blocks, i);
-      const float coef = rows_.sketch_coef(row);
-      const uint8_t* bits = rows_.signs(row);
+      const uint8_t* row = rows().token(blocks, i);
+      const float coef = rows().sketch_coef(row);
+      const uint8_t* bits = rows().signs(row);
       for (int r = 0; r < n_q; ++r) {
         qjl::sign_axpy(w[size_t(r) * w_stride + size_t(i - i0)] * coef, bits, bytes, acc + size_t(r) * as + d_);
       }
@@ -204,11 +179,11 @@ class ProdValueCodec final : public ValueCodec {
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t as = accum_floats();
-    const int m = rows_.m();
+    const int m = rows().m();
     for (int r = 0; r < n_q; ++r) {
       const float* a = acc + size_t(r) * as;
       for (int c = 0; c < d_; ++c) {
-        const float* col = rows_.sketch().column(c);
+        const float* col = rows().sketch().column(c);
         float s = 0.0f;
         for (int i = 0; i < m; ++i) s += col[i] * a[d_ + i];
         out[size_t(r) * d_ + c] = a[c] + s;
@@ -218,7 +193,6 @@ class ProdValueCodec final : public ValueCodec {
 
  private:
   int d_;
-  ProdRows rows_;
 };
 
 class ProdMethod final : public RotatedMethod {

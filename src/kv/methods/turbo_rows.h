@@ -96,77 +96,69 @@ void decode_row_tiles(const Rows& rows, const uint8_t* blocks, int64_t i0, int64
       fn);
 }
 
-// Codecs over blocks of kTurboBlockTokens rows, for any Rows type with head_dim(), row_bytes(),
-// param_bytes(), encode(x, row) and decode(row, x). Every token is coded on its own, so a token is
-// compressed as soon as it leaves the window.
-template <typename Rows>
-class RowKeyCodec final : public KeyCodec {
+// The block plumbing of a codec over blocks of kTurboBlockTokens rows, for any Rows type with
+// head_dim(), row_bytes(), param_bytes(), encode(x, row) and decode(row, x): the same for a key and
+// a value codec (Base). Every token is coded on its own, so a token is compressed as soon as it
+// leaves the window.
+template <typename Base, typename Rows>
+class RowBlockCodec : public Base {
  public:
-  explicit RowKeyCodec(Rows rows) : rows_(std::move(rows)) {}
+  explicit RowBlockCodec(Rows rows) : rows_(std::move(rows)) {}
   int head_dim() const override { return rows_.head_dim(); }
   int block_tokens() const override { return kTurboBlockTokens; }
   size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
   size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* keys, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kTurboBlockTokens; ++t) encode_token(keys + size_t(t) * head_dim(), 0, t, block);
+  void encode(const float* x, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) rows_.encode(x + size_t(t) * head_dim(), block + size_t(t) * rows_.row_bytes());
   }
   bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* key, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(key, block + size_t(slot) * rows_.row_bytes());
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
+    rows_.encode(x, block + size_t(slot) * rows_.row_bytes());
   }
-  void decode(const uint8_t* block, int64_t, float* keys) const override {
-    for (int t = 0; t < kTurboBlockTokens; ++t) {
-      rows_.decode(block + size_t(t) * rows_.row_bytes(), keys + size_t(t) * head_dim());
-    }
+  void decode(const uint8_t* block, int64_t, float* x) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) rows_.decode(block + size_t(t) * rows_.row_bytes(), x + size_t(t) * head_dim());
   }
-  size_t query_state_floats() const override { return size_t(head_dim()); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
-  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
-    const int d = head_dim();
-    decode_row_tiles(rows_, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
-      float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
-    });
-  }
+
+ protected:
+  const Rows& rows() const { return rows_; }
 
  private:
   Rows rows_;
 };
 
+// Scores and accumulation through float tiles decoded in L1 (decode_tiles.h).
 template <typename Rows>
-class RowValueCodec final : public ValueCodec {
+class RowKeyCodec final : public RowBlockCodec<KeyCodec, Rows> {
  public:
-  explicit RowValueCodec(Rows rows) : rows_(std::move(rows)) {}
-  int head_dim() const override { return rows_.head_dim(); }
-  int block_tokens() const override { return kTurboBlockTokens; }
-  size_t block_bytes() const override { return kTurboBlockTokens * rows_.row_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* values, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kTurboBlockTokens; ++t) encode_token(values + size_t(t) * head_dim(), 0, t, block);
+  using RowBlockCodec<KeyCodec, Rows>::RowBlockCodec;
+  using RowBlockCodec<KeyCodec, Rows>::head_dim;
+  size_t query_state_floats() const override { return size_t(head_dim()); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const int d = head_dim();
+    decode_row_tiles(this->rows(), blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+      float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
+    });
   }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(value, block + size_t(slot) * rows_.row_bytes());
-  }
-  void decode(const uint8_t* block, int64_t, float* values) const override {
-    for (int t = 0; t < kTurboBlockTokens; ++t) {
-      rows_.decode(block + size_t(t) * rows_.row_bytes(), values + size_t(t) * head_dim());
-    }
-  }
+};
+
+template <typename Rows>
+class RowValueCodec final : public RowBlockCodec<ValueCodec, Rows> {
+ public:
+  using RowBlockCodec<ValueCodec, Rows>::RowBlockCodec;
+  using RowBlockCodec<ValueCodec, Rows>::head_dim;
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
     const int d = head_dim();
-    decode_row_tiles(rows_, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(this->rows(), blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, size_t(d));
     });
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     std::copy_n(acc, size_t(n_q) * head_dim(), out);
   }
-
- private:
-  Rows rows_;
 };
 
 using TurboKeyCodec = RowKeyCodec<TurboRows>;
