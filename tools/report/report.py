@@ -13,6 +13,7 @@ so no method is evaluated on text its calibration saw.
 """
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -175,7 +176,58 @@ def table(header, rows):
 
 
 def stamp_line(stamp):
-    return "`%s` — %s, commit `%s`, %s s" % (stamp["command"], stamp["date"], stamp["commit"][:12], stamp["duration_s"])
+    duration = stamp.get("duration_s", "?")
+    duration = "%s s" % duration if isinstance(duration, (int, float)) else str(duration)
+    return "`%s` — %s, commit `%s`, %s" % (stamp["command"], stamp["date"], stamp["commit"][:12], duration)
+
+
+def commands(runs):
+    """The runs' command lines, each once, in order (one tool run gives several rows)."""
+    seen, out = set(), []
+    for r in runs:
+        line = stamp_line(r["stamp"])
+        if line not in seen:
+            seen.add(line)
+            out.append("- " + line)
+    return out
+
+
+def ppl_rows(runs, base):
+    rows = []
+    for r in runs:
+        d_ppl = "" if base is None else "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1))
+        rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]), d_ppl,
+                     "%.5f" % r.get("kl_mean", 0.0), "%.4f" % r.get("kl_p99", 0.0),
+                     "%.4f" % r.get("top1_agreement", 1.0)])
+    return rows
+
+
+PPL_HEADER = ["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"]
+
+
+def extra_quality_sections():
+    """results/perplexity_*.json: single stamped perplexity runs of further method families, made by hand
+    with the command in their stamp (the report's own matrix does not run them)."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(RESULTS, "perplexity_*.json"))):
+        with open(path) as f:
+            doc = json.load(f)
+        if "stamp" not in doc or "runs" not in doc.get("data", {}):
+            continue
+        runs = doc["data"]["runs"]
+        base = next((r for r in runs if r["kv"] == "fp16"), None)
+        name = os.path.basename(path)[len("perplexity_"):-len(".json")].replace("_", " ")
+        first = runs[0]
+        parts += ["### %s" % name, "",
+                  "%d chunks of %d tokens (%s), KL against the fp16 cache in the same run; from `results/%s`." %
+                  (first["chunks"], first["ctx"], first.get("part", "all"), os.path.basename(path)), ""]
+        calib = doc["stamp"].get("calibration_command")
+        if calib:
+            parts += ["Calibration: `%s`" % calib, ""]
+        parts += [table(PPL_HEADER, ppl_rows(runs, base)), "", "Command:", ""] + commands([doc]) + [""]
+    if parts:
+        parts = ["## Quality of further method families (single runs)", ""] + parts
+    return parts
 
 
 def figure_setup():
@@ -213,12 +265,7 @@ def render():
     if ppl:
         runs = [r["data"] for r in ppl["runs"]]
         base = next((r for r in runs if r["kv"] == "fp16"), None)
-        rows = []
-        for r in runs:
-            d_ppl = "" if base is None else "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1))
-            rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]), d_ppl,
-                         "%.5f" % r.get("kl_mean", 0.0), "%.4f" % r.get("kl_p99", 0.0),
-                         "%.4f" % r.get("top1_agreement", 1.0)])
+        rows = ppl_rows(runs, base)
         first = runs[0]
         calibrated = sorted({r["calibration"] for r in runs if "calibration" in r})
         text_part = first.get("part", "all")
@@ -231,7 +278,7 @@ def render():
         if calibrated:
             parts += ["Methods that learn from data were calibrated on: " + "; ".join(calibrated) +
                       " (text never scored here).", ""]
-        parts += [table(["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"], rows), ""]
+        parts += [table(PPL_HEADER, rows), ""]
         fig, ax = plt.subplots()
         for r in runs:
             if r["kv"] == "fp16":
@@ -255,7 +302,8 @@ def render():
         ax.set_ylabel("perplexity")
         ax.set_title("Perplexity against memory (dashed: fp16 cache)")
         parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
-        parts += ["Commands:", ""] + ["- " + stamp_line(r["stamp"]) for r in ppl["runs"]] + [""]
+        parts += ["Commands:", ""] + commands(ppl["runs"]) + [""]
+    parts += extra_quality_sections()
 
     pk = load("passkey")
     if pk:
@@ -282,7 +330,7 @@ def render():
         ax.set_title("Passkey retrieval against length")
         ax.legend()
         parts += ["![passkey](%s)" % savefig(plt, fig, "passkey_vs_length.png"), ""]
-        parts += ["Commands:", ""] + ["- " + stamp_line(r["stamp"]) for r in pk["runs"]] + [""]
+        parts += ["Commands:", ""] + commands(pk["runs"]) + [""]
 
     bench = load("bench")
     if bench:
