@@ -9,6 +9,7 @@
 
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/rope_table.h"
+#include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
@@ -17,30 +18,8 @@
 namespace vq::kv::testing {
 namespace {
 
-RopeSpec neox() {
-  RopeSpec r;
-  r.style = RopeSpec::Style::kNeox;
-  return r;
-}
-
-// A method calibrated on outlier-heavy synthetic tokens (rotated by RoPE at their positions, as
-// a model's keys are) of one layer with one head.
-struct Calibrated {
-  Method method;
-  std::shared_ptr<const Calibration> calib;
-  CodecContext ctx(int layer_seed = 3) const { return CodecContext{calib->layers[0].head_dim, 0, uint64_t(layer_seed), neox(), &calib->layers[0]}; }
-};
-
 Calibrated calibrated(const std::string& spec, int d, RopeSpec rope = neox()) {
-  const Method m = parse_method(spec);
-  const int n = 512;
-  auto k = make_data(Data::kOutliers, n, d, 7), v = make_data(Data::kOutliers, n, d, 8);
-  const RopeTable table(d, rope);
-  for (int t = 0; t < n; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
-  const LayerConfig cfg(1, d, 0, 0, rope);
-  auto c = std::make_shared<Calibration>(
-      calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n, 0)}, ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
-  return {m.with_calibration(c), c};
+  return calibrated_on_synthetic(spec, d, 512, rope);
 }
 
 TEST(Method_kvquant, FusedEqualsReference) {

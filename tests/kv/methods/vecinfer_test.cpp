@@ -13,6 +13,7 @@
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/rope_table.h"
 #include "src/kv/vq_kernels.h"
+#include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
@@ -21,32 +22,7 @@
 namespace vq::kv::testing {
 namespace {
 
-RopeSpec neox() {
-  RopeSpec r;
-  r.style = RopeSpec::Style::kNeox;
-  return r;
-}
-
-struct Calibrated {
-  Method method;
-  std::shared_ptr<const Calibration> calib;
-  CodecContext ctx(int seed = 3) const {
-    return CodecContext{calib->layers[0].head_dim, 0, uint64_t(seed), neox(), &calib->layers[0]};
-  }
-};
-
-// Calibrated on outlier-heavy synthetic keys rotated by RoPE at their positions, as a model's are.
-Calibrated calibrated(const std::string& spec, int d) {
-  const Method m = parse_method(spec);
-  const int n = 1024;
-  auto k = make_data(Data::kOutliers, n, d, 7), v = make_data(Data::kOutliers, n, d, 8);
-  const RopeTable table(d, neox());
-  for (int t = 0; t < n; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
-  const LayerConfig cfg(1, d, 0, 0, neox());
-  auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n, 0)},
-                                                   ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
-  return {m.with_calibration(c), c};
-}
+Calibrated calibrated(const std::string& spec, int d) { return calibrated_on_synthetic(spec, d, 1024); }
 
 TEST(Method_vecinfer, FusedEqualsReference) {
   for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4", "vecinfer:ksub=8,vsub=16,residual=16"}) {
