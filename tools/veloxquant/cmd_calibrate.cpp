@@ -24,7 +24,10 @@ Runner add_calibrate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("calibrate", "Learn a method's calibration (e.g. KVQuant's datatypes) from a model on text");
   struct Opts {
     std::string model, file, kv, out, part = "first-half";
-    int64_t ctx = 1024, probe_tokens = 256;
+    // 1024 probe tokens: with fewer, a base's fp16 window (KIVI keeps 128) covers much of each probe
+    // chunk, and the probe under-weights the compressed part (a 256-token probe lost to uniform
+    // widths on Gemma 3 270M, a 1024-token one won: docs/cache.md).
+    int64_t ctx = 1024, probe_tokens = 1024;
     int chunks = 8, threads = 2;
   };
   auto o = std::make_shared<Opts>();
