@@ -69,19 +69,19 @@ RandomRotation::RandomRotation(size_t n, uint64_t seed) : n_(n) {
 
 void RandomRotation::forward(float* x) const {
   if (hadamard_) return hadamard_->forward(x);
-  std::vector<float> y(n_);
+  float y[kMaxDense];  // per query and per token encoded: no heap allocation
   for (size_t r = 0; r < n_; ++r) {
     const float* row = q_.data() + r * n_;
     double s = 0;
     for (size_t c = 0; c < n_; ++c) s += double(row[c]) * x[c];
     y[r] = float(s);
   }
-  std::copy(y.begin(), y.end(), x);
+  std::copy_n(y, n_, x);
 }
 
 void RandomRotation::inverse(float* x) const {
   if (hadamard_) return hadamard_->inverse(x);
-  std::vector<double> y(n_, 0.0);
+  double y[kMaxDense] = {};
   for (size_t r = 0; r < n_; ++r) {
     const float* row = q_.data() + r * n_;
     const double xr = x[r];

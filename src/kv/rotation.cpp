@@ -16,90 +16,70 @@ void rotate_rows(const RandomRotation& r, float* x, int rows, int d, bool invers
   for (int i = 0; i < rows; ++i) inverse ? r.inverse(x + size_t(i) * d) : r.forward(x + size_t(i) * d);
 }
 
-// Encoding and decoding through a rotation, the same for a key and a value codec: rotate a copy
-// of the rows in, or the decoded rows back out.
-template <typename Codec>
-class RotatedRows {
+// What a rotated key codec and a rotated value codec share (Base: KeyCodec or ValueCodec): the
+// block shape of the inner codec, and encoding and decoding through the rotation (a copy of the
+// rows rotated in, the decoded rows rotated back out).
+template <typename Base>
+class RotatedCodec : public Base {
  public:
-  RotatedRows(std::unique_ptr<Codec> inner, uint64_t seed)
+  RotatedCodec(std::unique_ptr<Base> inner, uint64_t seed)
       : inner_(std::move(inner)), rot_(size_t(inner_->head_dim()), seed) {}
-  const Codec& inner() const { return *inner_; }
-  const RandomRotation& rotation() const { return rot_; }
-  int d() const { return inner_->head_dim(); }
-  void encode(const float* x, int64_t pos0, uint8_t* block) const {
-    std::vector<float> r(x, x + size_t(inner_->block_tokens()) * d());
-    rotate_rows(rot_, r.data(), inner_->block_tokens(), d(), false);
+  int head_dim() const override { return inner_->head_dim(); }
+  int block_tokens() const override { return inner_->block_tokens(); }
+  size_t block_bytes() const override { return inner_->block_bytes(); }
+  size_t param_bytes() const override { return inner_->param_bytes() + rot_.bytes(); }
+  void encode(const float* x, int64_t pos0, uint8_t* block) const override {
+    std::vector<float> r(x, x + size_t(block_tokens()) * head_dim());
+    rotate_rows(rot_, r.data(), block_tokens(), head_dim(), false);
     inner_->encode(r.data(), pos0, block);
   }
-  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const {
-    std::vector<float> r(x, x + d());
+  bool encodes_single_tokens() const override { return inner_->encodes_single_tokens(); }
+  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const override {
+    std::vector<float> r(x, x + head_dim());
     rot_.forward(r.data());
     inner_->encode_token(r.data(), pos, slot, block);
   }
-  void decode(const uint8_t* block, int64_t pos0, float* x) const {
+  void decode(const uint8_t* block, int64_t pos0, float* x) const override {
     inner_->decode(block, pos0, x);
-    rotate_rows(rot_, x, inner_->block_tokens(), d(), true);
+    rotate_rows(rot_, x, block_tokens(), head_dim(), true);
   }
-  size_t param_bytes() const { return inner_->param_bytes() + rot_.bytes(); }
+
+ protected:
+  const Base& inner() const { return *inner_; }
+  const RandomRotation& rotation() const { return rot_; }
 
  private:
-  std::unique_ptr<Codec> inner_;
+  std::unique_ptr<Base> inner_;
   RandomRotation rot_;
 };
 
-class RotatedKeyCodec final : public KeyCodec {
+class RotatedKeyCodec final : public RotatedCodec<KeyCodec> {
  public:
-  RotatedKeyCodec(std::unique_ptr<KeyCodec> inner, uint64_t seed) : rows_(std::move(inner), seed) {}
-  int head_dim() const override { return rows_.d(); }
-  int block_tokens() const override { return rows_.inner().block_tokens(); }
-  size_t block_bytes() const override { return rows_.inner().block_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* keys, int64_t pos0, uint8_t* block) const override { rows_.encode(keys, pos0, block); }
-  bool encodes_single_tokens() const override { return rows_.inner().encodes_single_tokens(); }
-  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const override {
-    rows_.encode_token(x, pos, slot, block);
-  }
-  void decode(const uint8_t* block, int64_t pos0, float* keys) const override { rows_.decode(block, pos0, keys); }
-  size_t query_state_floats() const override { return rows_.inner().query_state_floats(); }
+  using RotatedCodec::RotatedCodec;
+  size_t query_state_floats() const override { return inner().query_state_floats(); }
   void prepare_query(const float* q, float* state) const override {
     std::vector<float> x(q, q + head_dim());
-    rows_.rotation().forward(x.data());
-    rows_.inner().prepare_query(x.data(), state);
+    rotation().forward(x.data());
+    inner().prepare_query(x.data(), state);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0,
               int64_t i1, float* out, size_t out_stride) const override {
-    rows_.inner().scores(states, n_q, blocks, pos0, i0, i1, out, out_stride);
+    inner().scores(states, n_q, blocks, pos0, i0, i1, out, out_stride);
   }
-
- private:
-  RotatedRows<KeyCodec> rows_;
 };
 
-class RotatedValueCodec final : public ValueCodec {
+class RotatedValueCodec final : public RotatedCodec<ValueCodec> {
  public:
-  RotatedValueCodec(std::unique_ptr<ValueCodec> inner, uint64_t seed) : rows_(std::move(inner), seed) {}
-  int head_dim() const override { return rows_.d(); }
-  int block_tokens() const override { return rows_.inner().block_tokens(); }
-  size_t block_bytes() const override { return rows_.inner().block_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* values, int64_t pos0, uint8_t* block) const override { rows_.encode(values, pos0, block); }
-  bool encodes_single_tokens() const override { return rows_.inner().encodes_single_tokens(); }
-  void encode_token(const float* x, int64_t pos, int slot, uint8_t* block) const override {
-    rows_.encode_token(x, pos, slot, block);
-  }
-  void decode(const uint8_t* block, int64_t pos0, float* values) const override { rows_.decode(block, pos0, values); }
-  size_t accum_floats() const override { return rows_.inner().accum_floats(); }
+  using RotatedCodec::RotatedCodec;
+  size_t accum_floats() const override { return inner().accum_floats(); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t pos0,
                   int64_t i0, int64_t i1, float* acc) const override {
-    rows_.inner().accumulate(w, w_stride, n_q, blocks, pos0, i0, i1, acc);
+    inner().accumulate(w, w_stride, n_q, blocks, pos0, i0, i1, acc);
   }
   void finalize(const float* acc, int n_q, float* out) const override {
-    rows_.inner().finalize(acc, n_q, out);
-    rotate_rows(rows_.rotation(), out, n_q, head_dim(), true);
+    inner().finalize(acc, n_q, out);
+    rotate_rows(rotation(), out, n_q, head_dim(), true);
   }
-
- private:
-  RotatedRows<ValueCodec> rows_;
 };
 
 }  // namespace
