@@ -53,9 +53,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   const int G = n_q_heads / H;
   const int rows_total = n_q * G;
   const int n_row_blocks = (rows_total + kRowBlock - 1) / kRowBlock;
-  const KeyCodec& kc = *key_codec_;
-  const ValueCodec& vc = *value_codec_;
-  const size_t S = kc.query_state_floats(), A = vc.accum_floats();
+  // Per-head codecs (when the method has them) share their shapes: S and A are those of head 0.
+  const size_t S = key_codec(0).query_state_floats(), A = value_codec(0).accum_floats();
   const int64_t window = config_.sliding_window;
 
   // Visible range of each query token.
@@ -84,7 +83,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
       const float* src = q + (size_t(qi) * n_q_heads + size_t(h) * G + g) * d;
       float* dst = qs.data() + (size_t(h) * rows_total + r) * d;
       for (int j = 0; j < d; ++j) dst[j] = src[j] * scale;
-      kc.prepare_query(dst, states.data() + (size_t(h) * rows_total + r) * S);
+      key_codec(h).prepare_query(dst, states.data() + (size_t(h) * rows_total + r) * S);
     }
   });
 
@@ -111,6 +110,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;
     const HeadView& view = views[size_t(h)];
+    const KeyCodec& kc = key_codec(h);
+    const ValueCodec& vc = value_codec(h);
     size_t vseg = 0;
     for (const Segment& ks : view.keys) {
       const int64_t s_begin = std::max(ks.pos_begin, c_begin), s_end = std::min(ks.pos_end, c_end);
@@ -199,7 +200,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
       }
     }
     std::vector<float> fin(size_t(rows) * d);
-    vc.finalize(total.acc_codec.data(), rows, fin.data());
+    value_codec(h).finalize(total.acc_codec.data(), rows, fin.data());
     for (int r = 0; r < rows; ++r) {
       const int qi = (r_begin + r) / G, g = (r_begin + r) % G;
       float* dst = out + (size_t(qi) * n_q_heads + size_t(h) * G + g) * d;

@@ -19,8 +19,9 @@ int flush_step(const Codec& c) {
 }
 
 // What the codecs of one side (0 keys, 1 values) of a layer are built for.
-CodecContext codec_context(const Method& method, const LayerConfig& config, int side) {
+CodecContext codec_context(const Method& method, const LayerConfig& config, int side, int kv_head = 0) {
   CodecContext ctx{config.head_dim, config.layer_index, layer_seed(0, config.layer_index, side), config.rope, nullptr};
+  ctx.kv_head = kv_head;
   if (const Calibration* calib = method.calibration()) {
     VQ_CHECK_DATA(config.layer_index >= 0 && size_t(config.layer_index) < calib->layers.size() &&
                       calib->layers[size_t(config.layer_index)].head_dim == config.head_dim,
@@ -47,20 +48,33 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   VQ_CHECK(config.n_kv_heads > 0 && config.head_dim > 0,
            fmt::format("layer {}: n_kv_heads and head_dim must be positive", config.layer_index));
   VQ_CHECK(config.sliding_window >= 0, "sliding_window must be >= 0");
-  const CodecContext kctx = codec_context(method, config, 0);
-  const CodecContext vctx = codec_context(method, config, 1);
-  key_codec_ = method.keys().key_codec(kctx);
-  value_codec_ = method.values().value_codec(vctx);
+  const int H = config.n_kv_heads;
+  for (int h = 0; h < (method.keys().per_head_codecs() ? H : 1); ++h) {
+    key_codecs_.push_back(method.keys().key_codec(codec_context(method, config, 0, h)));
+  }
+  for (int h = 0; h < (method.values().per_head_codecs() ? H : 1); ++h) {
+    value_codecs_.push_back(method.values().value_codec(codec_context(method, config, 1, h)));
+  }
+  for (size_t h = 1; h < key_codecs_.size(); ++h) {
+    VQ_CHECK(key_codecs_[h]->block_tokens() == key_codecs_[0]->block_tokens() &&
+                 key_codecs_[h]->block_bytes() == key_codecs_[0]->block_bytes(),
+             fmt::format("layer {}: the key codecs of its heads differ in block shape", config.layer_index));
+  }
+  for (size_t h = 1; h < value_codecs_.size(); ++h) {
+    VQ_CHECK(value_codecs_[h]->block_tokens() == value_codecs_[0]->block_tokens() &&
+                 value_codecs_[h]->block_bytes() == value_codecs_[0]->block_bytes(),
+             fmt::format("layer {}: the value codecs of its heads differ in block shape", config.layer_index));
+  }
+  const KeyCodec& kc = *key_codecs_[0];
+  const ValueCodec& vc = *value_codecs_[0];
   const int sinks = method.sink_tokens();
-  for (int h = 0; h < config.n_kv_heads; ++h) {
-    keys_.push_back(std::make_unique<TokenStream>(config.head_dim, key_codec_->block_tokens(),
-                                                  key_codec_->block_bytes(), method.keys().key_keep(),
-                                                  sinks, flush_step(*key_codec_),
+  for (int h = 0; h < H; ++h) {
+    keys_.push_back(std::make_unique<TokenStream>(config.head_dim, kc.block_tokens(), kc.block_bytes(),
+                                                  method.keys().key_keep(), sinks, flush_step(kc),
                                                   TokenStream::page_tokens_for(config.sliding_window)));
-    values_.push_back(std::make_unique<TokenStream>(
-        config.head_dim, value_codec_->block_tokens(), value_codec_->block_bytes(),
-        method.values().value_keep(), sinks, flush_step(*value_codec_),
-        TokenStream::page_tokens_for(config.sliding_window)));
+    values_.push_back(std::make_unique<TokenStream>(config.head_dim, vc.block_tokens(), vc.block_bytes(),
+                                                    method.values().value_keep(), sinks, flush_step(vc),
+                                                    TokenStream::page_tokens_for(config.sliding_window)));
   }
 }
 
@@ -86,15 +100,14 @@ void LayerCache::append(const float* k, const float* v, int n) {
     }
     return [&codec](const float* x, int64_t p, int, uint8_t* b) { codec.encode(x, p, b); };
   };
-  const BlockEncoder kenc = encoder(*key_codec_);
-  const BlockEncoder venc = encoder(*value_codec_);
   // Each head (and K vs V) is independent: encoding runs in parallel over 2*H streams.
   parallel_for(2 * H, [&](int64_t job) {
     const int h = int(job / 2);
     const bool is_key = job % 2 == 0;
     TokenStream& s = is_key ? *keys_[h] : *values_[h];
     const float* src = is_key ? k : v;
-    for (int i = 0; i < n; ++i) s.push(src + (size_t(i) * H + h) * d, is_key ? kenc : venc);
+    const BlockEncoder enc = is_key ? encoder(key_codec(h)) : encoder(value_codec(h));
+    for (int i = 0; i < n; ++i) s.push(src + (size_t(i) * H + h) * d, enc);
   });
   n_tokens_ += n;
 }
@@ -118,7 +131,8 @@ MemoryUsage LayerCache::memory() const {
     m.value_elements_compressed += values_[h]->compressed_tokens() * d;
     m.elements_retained += (keys_[h]->retained_tokens() + values_[h]->retained_tokens()) * d;
   }
-  m.param_bytes = key_codec_->param_bytes() + value_codec_->param_bytes();
+  for (const auto& c : key_codecs_) m.param_bytes += c->param_bytes();
+  for (const auto& c : value_codecs_) m.param_bytes += c->param_bytes();
   return m;
 }
 
@@ -133,7 +147,9 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
   for (const LayerConfig& c : layers) {
     const auto kc = method.keys().key_codec(codec_context(method, c, 0));
     const auto vc = method.values().value_codec(codec_context(method, c, 1));
-    total += kc->param_bytes() + vc->param_bytes();
+    // Codecs built per head hold per-head parameters of the same size.
+    total += kc->param_bytes() * size_t(method.keys().per_head_codecs() ? c.n_kv_heads : 1) +
+             vc->param_bytes() * size_t(method.values().per_head_codecs() ? c.n_kv_heads : 1);
     // A sliding layer keeps its window, the batch and at most two pages; a global layer keeps all.
     const int64_t span =
         c.sliding_window > 0 ? std::min<int64_t>(n_tokens, c.sliding_window + max_batch + 512) : n_tokens;

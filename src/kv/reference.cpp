@@ -45,8 +45,8 @@ void LayerCache::decode_head(int head, std::vector<float>* keys, std::vector<flo
   const int d = config_.head_dim;
   std::vector<float> k, v;
   std::vector<int64_t> kp, vp;
-  decode_stream(*keys_[size_t(head)], *key_codec_, d, &k, &kp);
-  decode_stream(*values_[size_t(head)], *value_codec_, d, &v, &vp);
+  decode_stream(*keys_[size_t(head)], key_codec(head), d, &k, &kp);
+  decode_stream(*values_[size_t(head)], value_codec(head), d, &v, &vp);
   // Keys and values may have dropped different pages: keep the positions both still hold.
   keys->clear();
   values->clear();

@@ -22,6 +22,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &turbo_rvq_method(),
       &polar_method(),
       &vecinfer_method(),
+      &spectral_method(),
       &qjl_method(),
       &turbo_prod_method(),
       &rabitq_method(),

@@ -62,6 +62,17 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
                                                      ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
     check_formula(m.with_calibration(c), 128, 32768, rope);
   }
+  // SpectralQuant: per-head bases (two KV heads), the rank fixed by the calibration.
+  for (const char* spec : {"spectral", "spectral:hi=3,lo=1,rank=12", "spectral:lo=0"}) {
+    const Method m = parse_method(spec);
+    std::vector<float> k(size_t(512) * 2 * 128), v(k.size());
+    Rng rng(6);
+    for (size_t i = 0; i < k.size(); ++i) k[i] = float(rng.normal() * (i % 128 < 8 ? 6.0 : 1.0));
+    for (auto& x : v) x = float(rng.normal());
+    auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(LayerConfig(2, 128, 0, 0, rope), k.data(), v.data(), 512, 0)},
+                                                     ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
+    check_formula(m.with_calibration(c), 128, 32768, rope);
+  }
 }
 
 TEST(Memory, WindowAndSinksCountedApart) {

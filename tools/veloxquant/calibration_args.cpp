@@ -87,6 +87,33 @@ void print_calibration(const kv::Calibration& c) {
     for (float x : v) s += fmt::format("{}{:+.3f}", s.empty() ? "" : " ", x);
     return s;
   };
+  if (!c.layers.empty() && c.layers[0].key_rank > 0) {
+    // SpectralQuant: each side's signal rank, and the share of the variance its r strongest
+    // directions hold (mean over the KV heads).
+    const auto share = [](const std::vector<kv::SpectralBasis>& heads, int r) {
+      double s = 0;
+      for (const kv::SpectralBasis& b : heads) {
+        double top = 0, all = 0;
+        for (size_t i = 0; i < b.sigma.size(); ++i) {
+          const double l = double(b.sigma[i]) * b.sigma[i];
+          all += l;
+          if (int(i) < r) top += l;
+        }
+        s += all > 0 ? top / all : 0.0;
+      }
+      return heads.empty() ? 0.0 : s / double(heads.size());
+    };
+    std::vector<std::vector<std::string>> rows = {
+        {"layer", "key rank", "key variance in rank", "value rank", "value variance in rank"}};
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const kv::LayerCalibration& lc = c.layers[l];
+      rows.push_back({std::to_string(l), std::to_string(lc.key_rank),
+                      fmt::format("{:.1f}%", 100 * share(lc.key_spectral, lc.key_rank)), std::to_string(lc.value_rank),
+                      fmt::format("{:.1f}%", 100 * share(lc.value_spectral, lc.value_rank))});
+    }
+    print_table(rows);
+    return;
+  }
   for (size_t l = 0; l < c.layers.size(); ++l) {
     const kv::LayerCalibration& lc = c.layers[l];
     if (!lc.key_codebook.empty() || !lc.value_codebook.empty()) {

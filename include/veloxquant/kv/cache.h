@@ -75,8 +75,12 @@ class LayerCache {
   LayerCache& operator=(LayerCache&&) noexcept;
 
   const LayerConfig& config() const { return config_; }
-  const KeyCodec& key_codec() const { return *key_codec_; }
-  const ValueCodec& value_codec() const { return *value_codec_; }
+  // The codecs of KV head `head` (one pair serves every head unless the method builds codecs
+  // per head).
+  const KeyCodec& key_codec(int head = 0) const { return *key_codecs_[key_codecs_.size() == 1 ? 0 : size_t(head)]; }
+  const ValueCodec& value_codec(int head = 0) const {
+    return *value_codecs_[value_codecs_.size() == 1 ? 0 : size_t(head)];
+  }
 
   // Appends n tokens at positions n_tokens() .. n_tokens()+n-1.
   // k and v are [n][n_kv_heads][head_dim].
@@ -114,8 +118,8 @@ class LayerCache {
 
  private:
   LayerConfig config_;
-  std::unique_ptr<KeyCodec> key_codec_;
-  std::unique_ptr<ValueCodec> value_codec_;
+  std::vector<std::unique_ptr<KeyCodec>> key_codecs_;
+  std::vector<std::unique_ptr<ValueCodec>> value_codecs_;
   std::vector<std::unique_ptr<TokenStream>> keys_, values_;
   int64_t n_tokens_ = 0;
   CacheObserver* observer_ = nullptr;

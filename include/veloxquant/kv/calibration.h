@@ -12,6 +12,14 @@
 
 namespace vq::kv {
 
+// A KV head's spectral basis (SpectralQuant): the mean of its vectors and the eigenvectors of
+// their covariance, strongest first, with the standard deviation along each.
+struct SpectralBasis {
+  std::vector<float> mean;   // [head_dim]
+  std::vector<float> sigma;  // [head_dim], descending, positive
+  std::vector<float> basis;  // [head_dim][head_dim]: row i is the i-th unit eigenvector
+};
+
 struct LayerCalibration {
   int head_dim = 0;
   // Keys as they were before RoPE, per channel (pooled over the layer's KV heads): the range
@@ -28,6 +36,11 @@ struct LayerCalibration {
   // layer's keys, or only its values, were compressed at each width of Calibration::probe_bits.
   int key_bits = 0, value_bits = 0;
   std::vector<float> key_probe_kl, value_probe_kl;
+  // SpectralQuant: per KV head the basis of its keys (as the cache receives them, after RoPE)
+  // and of its values, and per side the layer's number of signal coordinates (the effective
+  // dimension of its spectrum; 0: not a SpectralQuant calibration).
+  std::vector<SpectralBasis> key_spectral, value_spectral;
+  int key_rank = 0, value_rank = 0;
 };
 
 // Which model a calibration belongs to: a calibration is refused for any other.

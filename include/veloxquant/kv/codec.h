@@ -27,7 +27,9 @@ struct LayerCalibration;
 
 // What a codec is built for: the shape of one layer's heads, a seed for anything random, the
 // layer's rotary embedding, and the layer's calibration for methods that learn from data (null
-// when the method was given none).
+// when the method was given none). kv_head: the KV head the codec serves, for a method whose
+// codecs differ per head (MethodImpl::per_head_codecs); 0 for the others, whose one codec
+// serves every head of the layer.
 struct CodecContext {
   CodecContext() = default;
   CodecContext(int dim, int layer_index, uint64_t seed_value, RopeSpec rope_spec = {},
@@ -38,6 +40,7 @@ struct CodecContext {
   uint64_t seed = 0;
   RopeSpec rope;
   const LayerCalibration* calib = nullptr;
+  int kv_head = 0;
 };
 
 class KeyCodec {

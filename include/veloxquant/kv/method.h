@@ -59,6 +59,10 @@ class MethodImpl {
   // per-layer widths) returns itself bound to it, after checking it (vq::Error, kData); null
   // when nothing changes (codecs read CodecContext::calib per layer).
   virtual std::shared_ptr<const MethodImpl> calibrated(const Calibration&) const { return nullptr; }
+  // Whether each KV head gets its own codecs (built with CodecContext::kv_head set), e.g. a
+  // basis learned per head. Such codecs must agree on block_tokens() and block_bytes() within
+  // a layer; param_bytes() counts once per head.
+  virtual bool per_head_codecs() const { return false; }
 };
 
 struct MethodDef {

@@ -1,8 +1,9 @@
-// Calibration files: a checked file ("VQCALIB1", version 3) whose payload is the spec, the model
+// Calibration files: a checked file ("VQCALIB1", version 4) whose payload is the spec, the model
 // identity, the source text's description, the RateQuant probe widths, and per layer the key
 // ranges, the two datatypes, the key smoothing divisors and the two vector codebooks (VecInfer),
-// and the RateQuant allocation and probe table. Older versions (without vector quantizers or
-// RateQuant) are refused by the version check: such a file is made again with `calibrate`.
+// the RateQuant allocation and probe table, and the SpectralQuant ranks and per-head bases. Older
+// versions (without vector quantizers, RateQuant or SpectralQuant) are refused by the version
+// check: such a file is made again with `calibrate`.
 // Everything read is validated before use: counts against their limits, floats finite, ranges
 // ordered, levels ascending.
 #include <fmt/format.h>
@@ -22,7 +23,7 @@ namespace vq::kv {
 namespace {
 
 constexpr char kMagic[9] = "VQCALIB1";
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr int64_t kMaxProbeWidths = 16, kMaxBits = 16;
 constexpr float kMaxProbeKl = 1e6f;  // nats per token; a real probe stays far below
 constexpr int64_t kMaxLayers = 4096, kMaxHeadDim = 4096, kMaxLevels = 256, kMaxHeads = 4096;
@@ -40,6 +41,42 @@ std::vector<float> get_floats(ByteReader& r, const char* field, int64_t lo, int6
   r.raw(v.data(), v.size() * sizeof(float), field);
   for (float x : v) r.check(std::isfinite(x), field, "holds a value that is not finite");
   return v;
+}
+
+void put_spectral(ByteWriter& w, int rank, const std::vector<SpectralBasis>& heads) {
+  w.i64(rank);
+  w.u64(heads.size());
+  for (const SpectralBasis& b : heads) {
+    put_floats(w, b.mean);
+    put_floats(w, b.sigma);
+    put_floats(w, b.basis);
+  }
+}
+
+// One side's rank and bases: none (rank 0), or one basis per model KV head, each a mean, positive
+// descending deviations and unit rows, all of the layer's head size.
+void get_spectral(ByteReader& r, int d, int n_heads, int* rank, std::vector<SpectralBasis>* heads) {
+  *rank = int(r.i64_in("spectral rank", 0, d));
+  const int64_t n = r.i64_in("spectral heads", 0, kMaxHeads);
+  r.check((*rank == 0) == (n == 0) && (n == 0 || n == n_heads), "spectral heads",
+          fmt::format("{} bases with rank {} for a model of {} KV heads", n, *rank, n_heads));
+  for (int64_t h = 0; h < n; ++h) {
+    SpectralBasis b;
+    b.mean = get_floats(r, "spectral mean", d, d);
+    b.sigma = get_floats(r, "spectral deviations", d, d);
+    b.basis = get_floats(r, "spectral basis", int64_t(d) * d, int64_t(d) * d);
+    for (size_t i = 0; i < b.sigma.size(); ++i) {
+      r.check(b.sigma[i] > 0.0f && b.sigma[i] <= 65504.0f && (i == 0 || b.sigma[i] <= b.sigma[i - 1]),
+              "spectral deviations", "not positive, descending and within the fp16 range");
+    }
+    for (float x : b.mean) r.check(std::fabs(x) <= 65504.0f, "spectral mean", "outside the fp16 range");
+    for (int i = 0; i < d; ++i) {
+      double nn = 0;
+      for (int j = 0; j < d; ++j) nn += double(b.basis[size_t(i) * d + j]) * b.basis[size_t(i) * d + j];
+      r.check(std::fabs(nn - 1.0) < 1e-3, "spectral basis", fmt::format("row {} is not a unit vector", i));
+    }
+    heads->push_back(std::move(b));
+  }
 }
 
 }  // namespace
@@ -76,6 +113,8 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
     w.i64(l.value_bits);
     put_floats(w, l.key_probe_kl);
     put_floats(w, l.value_probe_kl);
+    put_spectral(w, l.key_rank, l.key_spectral);
+    put_spectral(w, l.value_rank, l.value_spectral);
   }
   return w.data();
 }
@@ -138,6 +177,8 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
     }
     r.check((lc.key_bits == 0) == (lc.value_bits == 0) && (lc.key_bits == 0) == c.probe_bits.empty(), "widths",
             "an allocation without its probe, or a probe without its allocation");
+    get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.key_rank, &lc.key_spectral);
+    get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.value_rank, &lc.value_spectral);
     c.layers.push_back(std::move(lc));
   }
   r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));

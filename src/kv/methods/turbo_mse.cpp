@@ -31,8 +31,6 @@
 #include <vector>
 
 #include "src/core/hadamard.h"
-#include "src/kv/calib/lloyd_max.h"
-#include "src/kv/calib/nuq.h"
 #include "src/kv/methods/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
@@ -41,19 +39,6 @@
 namespace vq::kv {
 namespace {
 
-// Rows whose codes are the nearest Lloyd–Max level of the sphere's coordinate density.
-TurboRows mse_rows(int d, int bits, TurboRows::NormMode norm_mode = TurboRows::NormMode::kNorm) {
-  const std::vector<float>& levels = lloyd_max_sphere(d, bits).levels;
-  std::vector<float> mids = level_midpoints(levels);
-  const size_t param_bytes = (levels.size() + mids.size()) * sizeof(float);
-  return TurboRows(
-      d, bits, levels,
-      [d, mids = std::move(mids)](const float* u, uint8_t* codes) {
-        for (int j = 0; j < d; ++j) codes[j] = uint8_t(nearest_level(mids.data(), int(mids.size()), u[j]));
-      },
-      param_bytes, norm_mode);
-}
-
 class TurboMethod final : public RotatedMethod {
  public:
   explicit TurboMethod(const ParamValues& v)
@@ -61,11 +46,11 @@ class TurboMethod final : public RotatedMethod {
         norm_mode_(TurboRows::NormMode(param_int(v, "norm"))) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_keys(std::make_unique<TurboKeyCodec>(mse_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
+    return rotate_keys(std::make_unique<TurboKeyCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_values(std::make_unique<TurboValueCodec>(mse_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
+    return rotate_values(std::make_unique<TurboValueCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }

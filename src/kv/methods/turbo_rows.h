@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "src/core/fp16.h"
+#include "src/kv/calib/lloyd_max.h"
+#include "src/kv/calib/nuq.h"
 #include "src/kv/decode_tiles.h"
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
@@ -81,6 +83,25 @@ class TurboRows {
   size_t row_, param_bytes_;
   NormMode norm_mode_;
 };
+
+// Rows whose codes are the nearest Lloyd–Max level of the density of a coordinate of a uniformly
+// random unit vector in R^d (TurboQuant-MSE's codebook), nearest by counting the midpoints a
+// value exceeds. Below d = 3 that density has no Lloyd–Max solution here; the unit Gaussian's
+// levels scaled by 1/sqrt(d) stand in (only SpectralQuant's small parts reach it).
+inline TurboRows sphere_rows(int d, int bits, TurboRows::NormMode norm_mode = TurboRows::NormMode::kNorm) {
+  std::vector<float> levels = d >= 3 ? lloyd_max_sphere(d, bits).levels : lloyd_max_gaussian(bits).levels;
+  if (d < 3) {
+    for (float& x : levels) x /= std::sqrt(float(d));
+  }
+  std::vector<float> mids = level_midpoints(levels);
+  const size_t param_bytes = (levels.size() + mids.size()) * sizeof(float);
+  return TurboRows(
+      d, bits, levels,
+      [d, mids = std::move(mids)](const float* u, uint8_t* codes) {
+        for (int j = 0; j < d; ++j) codes[j] = uint8_t(nearest_level(mids.data(), int(mids.size()), u[j]));
+      },
+      param_bytes, norm_mode);
+}
 
 // Tokens [i0, i1) of a run of blocks of kTurboBlockTokens rows decoded a tile at a time
 // (decode_tiles.h) and handed to fn.
