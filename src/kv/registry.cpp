@@ -23,6 +23,7 @@ const std::vector<const MethodDef*>& registered_methods() {
       &polar_method(),
       &vecinfer_method(),
       &spectral_method(),
+      &commvq_method(),
       &qjl_method(),
       &turbo_prod_method(),
       &rabitq_method(),

@@ -19,6 +19,7 @@ const MethodDef& turbo_rvq_method();
 const MethodDef& polar_method();
 const MethodDef& vecinfer_method();
 const MethodDef& spectral_method();
+const MethodDef& commvq_method();
 const MethodDef& qjl_method();
 const MethodDef& turbo_prod_method();
 const MethodDef& rabitq_method();

@@ -62,8 +62,10 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
                                                      ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
     check_formula(m.with_calibration(c), 128, 32768, rope);
   }
-  // SpectralQuant: per-head bases (two KV heads), the rank fixed by the calibration.
-  for (const char* spec : {"spectral", "spectral:hi=3,lo=1,rank=12", "spectral:lo=0"}) {
+  // SpectralQuant and CommVQ: per-head bases or codebooks (two KV heads); SpectralQuant's rank
+  // fixed by the calibration.
+  for (const char* spec : {"spectral", "spectral:hi=3,lo=1,rank=12", "spectral:lo=0",
+                           "commvq:kbits=1,vbits=2,rounds=1,residual=0"}) {
     const Method m = parse_method(spec);
     std::vector<float> k(size_t(512) * 2 * 128), v(k.size());
     Rng rng(6);

@@ -41,6 +41,9 @@ struct LayerCalibration {
   // dimension of its spectrum; 0: not a SpectralQuant calibration).
   std::vector<SpectralBasis> key_spectral, value_spectral;
   int key_rank = 0, value_rank = 0;
+  // CommVQ: per KV head the residual codebook of its keys (before RoPE) and of its values,
+  // [stage][X|Y][64][head_dim/2] (src/kv/calib/commvq_codebook.h); empty when not CommVQ.
+  std::vector<std::vector<float>> key_commvq, value_commvq;
 };
 
 // Which model a calibration belongs to: a calibration is refused for any other.

@@ -1,8 +1,9 @@
 // Calibration files: a checked file ("VQCALIB1", version 4) whose payload is the spec, the model
 // identity, the source text's description, the RateQuant probe widths, and per layer the key
 // ranges, the two datatypes, the key smoothing divisors and the two vector codebooks (VecInfer),
-// the RateQuant allocation and probe table, and the SpectralQuant ranks and per-head bases. Older
-// versions (without vector quantizers, RateQuant or SpectralQuant) are refused by the version
+// the RateQuant allocation and probe table, the SpectralQuant ranks and per-head bases, and the
+// CommVQ per-head codebooks. Older
+// versions (without vector quantizers, RateQuant, SpectralQuant or CommVQ) are refused by the version
 // check: such a file is made again with `calibrate`.
 // Everything read is validated before use: counts against their limits, floats finite, ranges
 // ordered, levels ascending.
@@ -79,6 +80,26 @@ void get_spectral(ByteReader& r, int d, int n_heads, int* rank, std::vector<Spec
   }
 }
 
+void put_books(ByteWriter& w, const std::vector<std::vector<float>>& heads) {
+  w.u64(heads.size());
+  for (const auto& b : heads) put_floats(w, b);
+}
+
+// One side's CommVQ codebooks: none, or one per model KV head, each whole stages of
+// 2 x 64 x d/2 floats (the same number of stages for every head).
+void get_books(ByteReader& r, int d, int n_heads, std::vector<std::vector<float>>* heads) {
+  const int64_t n = r.i64_in("commvq heads", 0, kMaxHeads);
+  r.check(n == 0 || n == n_heads, "commvq heads", fmt::format("{} codebooks for a model of {} KV heads", n, n_heads));
+  const int64_t stage = int64_t(2) * 64 * (d / 2);
+  for (int64_t h = 0; h < n; ++h) {
+    std::vector<float> b = get_floats(r, "commvq codebook", stage, int64_t(1) << 24);
+    r.check(d % 2 == 0 && b.size() % size_t(stage) == 0 && (h == 0 || b.size() == heads->front().size()),
+            "commvq codebook", "not whole stages of an even head size, the same for every head");
+    for (float x : b) r.check(std::fabs(x) <= 65504.0f, "commvq codebook", "a value outside the fp16 range");
+    heads->push_back(std::move(b));
+  }
+}
+
 }  // namespace
 
 std::string ModelIdentity::describe() const {
@@ -115,6 +136,8 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
     put_floats(w, l.value_probe_kl);
     put_spectral(w, l.key_rank, l.key_spectral);
     put_spectral(w, l.value_rank, l.value_spectral);
+    put_books(w, l.key_commvq);
+    put_books(w, l.value_commvq);
   }
   return w.data();
 }
@@ -179,6 +202,8 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
             "an allocation without its probe, or a probe without its allocation");
     get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.key_rank, &lc.key_spectral);
     get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.value_rank, &lc.value_spectral);
+    get_books(r, lc.head_dim, c.model.n_kv_heads, &lc.key_commvq);
+    get_books(r, lc.head_dim, c.model.n_kv_heads, &lc.value_commvq);
     c.layers.push_back(std::move(lc));
   }
   r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));
