@@ -1,11 +1,11 @@
 // Fuzzes the calibration-file parser behind the checksum (what a crafted file with a valid CRC
 // reaches). A payload that parses is put to use: a KVQuant cache of the calibration's shape
-// (for the bit width its key levels fit), or for a RateQuant probe table the cache of the spec
-// the file names, bound to its allocation, appends, attends and decodes. Either that works or the
+// (for the bit width its key levels fit), or for a RateQuant, SpectralQuant or CommVQ file the
+// cache of the spec the file names, bound to its allocation, appends, attends and decodes. Either that works or the
 // input is refused with vq::Error.
 //
 // Seeds: VQ_FUZZ_MAKE_SEEDS=DIR ./fuzz_calibration writes valid payloads (kvquant at 2, 3 and 4
-// bits, with and without outliers, spectral at two settings, and ratequant over kivi and turbo,
+// bits, with and without outliers, spectral at two settings, commvq, and ratequant over kivi and turbo,
 // two layers of head size 32) to DIR.
 #include <cstddef>
 #include <cstdint>
@@ -41,7 +41,7 @@ void write_seed(const char* dir, int i, const std::vector<uint8_t>& bytes) {
 void make_seeds(const char* dir) {
   int i = 0;
   for (const char* spec : {"kvquant:bits=2", "kvquant", "kvquant:bits=4", "kvquant:outliers=0", "spectral",
-                           "spectral:hi=3,lo=0,rank=5"}) {
+                           "spectral:hi=3,lo=0,rank=5", "commvq:kbits=1,vbits=2,rounds=2"}) {
     const int d = 32, n = 64;
     std::vector<float> k(size_t(n) * d), v(k.size());
     for (size_t j = 0; j < k.size(); ++j) {
@@ -73,8 +73,8 @@ void exercise(std::shared_ptr<vq::kv::Calibration> c) {
   const int d = c->model.head_dim;
   if (d > 512 || d % 2 != 0 || c->layers.empty()) return;
   vq::kv::Method m = vq::kv::parse_method("fp16");
-  if (!c->probe_bits.empty() || c->layers[0].key_rank > 0) {
-    m = vq::kv::parse_method(c->spec).with_calibration(c);  // RateQuant, SpectralQuant: the file's own spec
+  if (!c->probe_bits.empty() || c->layers[0].key_rank > 0 || !c->layers[0].key_commvq.empty()) {
+    m = vq::kv::parse_method(c->spec).with_calibration(c);  // RateQuant, SpectralQuant, CommVQ: the file's own spec
   } else {
     const size_t levels = c->layers[0].key_levels.size();
     const int bits = levels == 4 ? 2 : levels == 8 ? 3 : levels == 16 ? 4 : 0;

@@ -114,6 +114,17 @@ void print_calibration(const kv::Calibration& c) {
     print_table(rows);
     return;
   }
+  if (!c.layers.empty() && !c.layers[0].key_commvq.empty()) {
+    // CommVQ: codebook shapes per side.
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const kv::LayerCalibration& lc = c.layers[l];
+      const size_t stage = size_t(2) * 64 * size_t(lc.head_dim / 2);
+      fmt::print("layer {:2}  {} KV heads, key codebook {} stages, value codebook {} stages (4096 codewords each)\n", l,
+                 lc.key_commvq.size(), lc.key_commvq.empty() ? 0 : lc.key_commvq[0].size() / stage,
+                 lc.value_commvq.empty() ? 0 : lc.value_commvq[0].size() / stage);
+    }
+    return;
+  }
   for (size_t l = 0; l < c.layers.size(); ++l) {
     const kv::LayerCalibration& lc = c.layers[l];
     if (!lc.key_codebook.empty() || !lc.value_codebook.empty()) {
