@@ -214,8 +214,10 @@ class SpectralMethod final : public MethodImpl {
   // Bound to a calibration: the layers' ranks fix the bits per element (their mean).
   std::shared_ptr<const MethodImpl> calibrated(const Calibration& c) const override {
     auto m = std::make_shared<SpectralMethod>(*this);
+    // One side may be another method's (`k=spectral,v=q8`): its rank is 0, and its bits are never
+    // asked of this object.
     for (const LayerCalibration& l : c.layers) {
-      VQ_CHECK_DATA(l.key_rank > 0 && l.value_rank > 0,
+      VQ_CHECK_DATA(l.key_rank > 0 || l.value_rank > 0,
                     fmt::format("the calibration for '{}' holds no spectral bases", c.spec));
       m->ranks_.push_back({l.key_rank, l.value_rank});
     }

@@ -21,7 +21,7 @@ namespace vq::kv::testing {
 namespace {
 
 TEST(Method_commvq, FusedEqualsReference) {
-  for (const char* spec : {"commvq:rounds=3", "commvq:kbits=1,vbits=3,residual=16,rounds=2"}) {
+  for (const char* spec : {"commvq:rounds=3", "commvq:kbits=1,vbits=3,residual=16,rounds=2", "k=q8,v=commvq:rounds=2"}) {
     for (int d : {64, 128}) {
       const Calibrated c = calibrated_on_synthetic(spec, d, 1024);
       for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {

@@ -23,7 +23,8 @@ namespace vq::kv::testing {
 namespace {
 
 TEST(Method_spectral, FusedEqualsReference) {
-  for (const char* spec : {"spectral", "spectral:hi=3,lo=1", "spectral:lo=0", "spectral:rank=8,hi=8,lo=4,residual=16"}) {
+  for (const char* spec : {"spectral", "spectral:hi=3,lo=1", "spectral:lo=0", "spectral:rank=8,hi=8,lo=4,residual=16",
+                           "k=spectral,v=q8", "k=q4,v=spectral:hi=5"}) {
     for (int d : {64, 96, 128}) {
       const Calibrated c = calibrated_on_synthetic(spec, d, 1024);
       for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
