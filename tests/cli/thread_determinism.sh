@@ -2,7 +2,7 @@
 # Same input, same output at any thread count: for every registered method (plain and, where it
 # applies, rotated), generate's token ids and perplexity's whole JSON (PPL, KL, top-1) are
 # identical with 1 and 2 threads; a method that learns from data is calibrated (at both thread
-# counts: the two files must be identical too).
+# counts: the two files must be identical too; RateQuant's probe kept to one 128-token chunk).
 set -euo pipefail
 bin=$1 src=$2
 model="$src/models/gemma-3-270m-q4_k_m.gguf"
@@ -21,7 +21,7 @@ for entry in $specs; do
   calib=()
   if [[ $entry == *+calib ]]; then
     for t in 1 2; do
-      "$bin" calibrate -m "$model" -f "$text" --part first-half --kv "$kv" -o "calib_$t" -c 128 --chunks 2 -t $t >/dev/null 2>&1
+      "$bin" calibrate -m "$model" -f "$text" --part first-half --kv "$kv" -o "calib_$t" -c 128 --chunks 2 --probe-tokens 128 -t $t >/dev/null 2>&1
     done
     cmp -s calib_1 calib_2 || { echo "FAIL $kv: calibration differs"; exit 1; }
     calib=(--calib calib_1)
