@@ -49,6 +49,7 @@
 
 #include "src/core/fp16.h"
 #include "src/kv/methods/qjl_sketch.h"
+#include "src/kv/outlier_channels.h"
 #include "src/kv/registry.h"
 #include "veloxquant/error.h"
 
@@ -186,15 +187,7 @@ class QjlKeyCodec final : public KeyCodec {
   // The K channels of largest norm over the block's tokens (ties to the lower channel), written
   // to the block's header and marked in mask.
   void choose_outliers(const float* keys, uint8_t* block, uint8_t* mask) const {
-    std::vector<double> ss(static_cast<size_t>(d_), 0.0);
-    for (int t = 0; t < G_; ++t) {
-      for (int c = 0; c < d_; ++c) ss[size_t(c)] += double(keys[size_t(t) * d_ + c]) * keys[size_t(t) * d_ + c];
-    }
-    std::vector<int> order(static_cast<size_t>(d_));
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K_, order.end(), [&](int a, int b) {
-      return ss[size_t(a)] != ss[size_t(b)] ? ss[size_t(a)] > ss[size_t(b)] : a < b;
-    });
+    const std::vector<int> order = top_norm_channels(keys, G_, d_, K_);
     for (int k = 0; k < K_; ++k) {
       const int c = order[size_t(k)];
       mask[c] = 1;

@@ -19,12 +19,14 @@
 //
 // Deviations: the paper's rotation is a dense random orthogonal matrix; for power-of-two head dims
 // the randomized Hadamard transform is used instead (O(d log d), the same as llama.cpp's rotated
-// caches); other head dims (up to 1024) take the dense matrix (src/core/random_rotation.h). The
-// fractional settings (2.5 and 3.5 bits with outlier channels at one bit more) are not
-// implemented.
+// caches); other head dims (up to 1024) take the dense matrix (src/core/random_rotation.h).
+//
+// Fractional settings: outliers=N codes, in each group of `group` tokens, the N channels of
+// largest norm at bits + 1 and the rest at bits, each set by its own TurboQuant instance, as the
+// paper does for 2.5 and 3.5 bits (turbo_split.cpp; N = head_dim / 2 gives bits + 0.5).
 //
 // Layout: 16 tokens per block, a row per token: fp16 norm, then the codes as B bit planes of
-// ceil(d/8) bytes. Bits per element: B + 16/d (the norm counts).
+// ceil(d/8) bytes. Bits per element: B + 16/d (the norm counts). With outliers, turbo_split.h.
 #include <fmt/format.h>
 
 #include <memory>
@@ -32,6 +34,7 @@
 
 #include "src/core/hadamard.h"
 #include "src/kv/methods/turbo_rows.h"
+#include "src/kv/methods/turbo_split.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
 #include "veloxquant/error.h"
@@ -43,12 +46,15 @@ class TurboMethod final : public RotatedMethod {
  public:
   explicit TurboMethod(const ParamValues& v)
       : RotatedMethod(v), bits_(param_int(v, "bits")),
-        norm_mode_(TurboRows::NormMode(param_int(v, "norm"))) {}
+        norm_mode_(TurboRows::NormMode(param_int(v, "norm"))), outliers_(param_int(v, "outliers")),
+        group_(param_int(v, "group")) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
+    if (outliers_ > 0) return turbo_split_keys(split_shape(ctx.head_dim), rotation_seed(ctx.layer, 0));
     check(ctx.head_dim);
     return rotate_keys(std::make_unique<TurboKeyCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
+    if (outliers_ > 0) return turbo_split_values(split_shape(ctx.head_dim), rotation_seed(ctx.layer, 1));
     check(ctx.head_dim);
     return rotate_values(std::make_unique<TurboValueCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
   }
@@ -56,12 +62,14 @@ class TurboMethod final : public RotatedMethod {
   double value_bits(int d) const override { return bits(d); }
 
  private:
-  double bits(int d) const { return turbo_row_bits(d, bits_); }
+  double bits(int d) const { return outliers_ > 0 ? turbo_split_bits(split_shape(d)) : turbo_row_bits(d, bits_); }
+  TurboSplitShape split_shape(int d) const { return {d, outliers_, group_, bits_, norm_mode_}; }
   static void check(int d) {
     check_rotation_dim("turbo", d, 4);
   }
   int bits_;
   TurboRows::NormMode norm_mode_;
+  int outliers_, group_;
 };
 
 }  // namespace
@@ -73,7 +81,11 @@ const MethodDef& turbo_method() {
        rotated_method_params({{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}},
                               {"norm", ParamType::kInt, 0, 0, 2,
                                "stored scale: 0 the norm (paper), 1 norm / |c| (length kept), 2 norm / <u, c> (inner products unbiased)",
-                               {}}})},
+                               {}},
+                              {"outliers", ParamType::kInt, 0, 0, 4096,
+                               "channels per group of tokens coded at bits + 1 by their own instance (head_dim / 2: bits + 0.5)",
+                               {}},
+                              {"group", ParamType::kInt, 32, 1, 1024, "tokens per choice of outlier channels (with outliers)", {}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<TurboMethod>(v); }};
   return def;
 }

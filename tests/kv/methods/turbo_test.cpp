@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "src/core/rng.h"
@@ -99,6 +100,74 @@ TEST(Method_turbo, NormCorrections) {
     }
   }
   EXPECT_THROW(parse_method("turbo:norm=3"), Error);
+}
+
+// Fractional settings (outliers=N): per group of tokens the N channels of largest norm at one
+// bit more, each channel set by its own instance (turbo_split.cpp).
+TEST(Method_turbo, OutlierSplitFusedEqualsReference) {
+  for (const char* spec : {"turbo:bits=2,outliers=64", "turbo:bits=3,outliers=64,group=16,seed=4",
+                           "k=turbo:bits=1,outliers=64,v=turbo:bits=2,norm=1,outliers=32"}) {
+    check_all(spec, {128}, 96);
+  }
+  check_all("turbo:bits=2,outliers=128,group=8", {256}, 64);
+  check_all("turbo:bits=2,outliers=40,group=16", {80}, 64);  // two dense rotations (40 and 40)
+  check_all("turbo:bits=1,outliers=32", {128}, 64);          // 32 by Hadamard, 96 dense
+}
+
+TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
+  // 2 bits + 64 of 128 channels at one more, two fp16 norms per token, a 128-bit mask per 32 tokens.
+  EXPECT_DOUBLE_EQ(parse_method("turbo:bits=2,outliers=64").bits_per_element(128), 2.5 + 32.0 / 128 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(parse_method("turbo:bits=3,outliers=128,group=64").bits_per_element(256), 3.5 + 32.0 / 256 + 1.0 / 64);
+  EXPECT_DOUBLE_EQ(parse_method("turbo:bits=2,outliers=32").bits_per_element(128), 2.25 + 32.0 / 128 + 1.0 / 32);
+  for (const char* spec : {"turbo:bits=4,outliers=64", "turbo:outliers=2", "turbo:outliers=125", "turbo:outliers=128"}) {
+    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0, 1}), Error) << spec;
+    EXPECT_THROW(parse_method(spec).values().value_codec(CodecContext{128, 0, 1}), Error) << spec;
+  }
+  EXPECT_THROW(parse_method("turbo:outliers=-1"), Error);
+  EXPECT_THROW(parse_method("turbo:outliers=8,group=0"), Error);
+}
+
+// The split picks each group's loudest channels (the mask at the head of the block), and its
+// error lies between the uniform widths it mixes.
+TEST(Method_turbo, OutlierSplitGivesTheLoudChannelsTheExtraBit) {
+  const int d = 128, G = 32, n = 32 * G;
+  Rng rng(77);
+  std::vector<float> x(size_t(n) * d);
+  for (int g = 0; g < n / G; ++g) {
+    const int loud0 = (g * 13) % 96;  // a different run of 32 loud channels per group
+    for (int t = 0; t < G; ++t) {
+      for (int c = 0; c < d; ++c) {
+        const bool loud = c >= loud0 && c < loud0 + 32;
+        x[(size_t(g) * G + t) * d + c] = float(rng.normal()) * (loud ? 6.0f : 1.0f);
+      }
+    }
+  }
+  const auto mse = [&](const std::string& spec, std::vector<uint8_t>* first_block) {
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 0, 3});
+    const int B = kc->block_tokens();
+    std::vector<uint8_t> block(kc->block_bytes());
+    std::vector<float> y(size_t(B) * d);
+    double err = 0, ref = 0;
+    for (int b = 0; b < n / B; ++b) {
+      const float* xb = x.data() + size_t(b) * B * d;
+      kc->encode(xb, 0, block.data());
+      if (b == 0 && first_block) *first_block = block;
+      kc->decode(block.data(), 0, y.data());
+      for (size_t i = 0; i < y.size(); ++i) {
+        err += std::pow(double(xb[i]) - y[i], 2);
+        ref += double(xb[i]) * xb[i];
+      }
+    }
+    return err / ref;
+  };
+  std::vector<uint8_t> block;
+  const double split = mse("turbo:bits=2,outliers=32", &block);
+  for (int c = 0; c < d; ++c) EXPECT_EQ((block[size_t(c / 8)] >> (c % 8)) & 1, c < 32 ? 1 : 0) << c;  // group 0: 0..31
+  const double two = mse("turbo:bits=2", nullptr), three = mse("turbo:bits=3", nullptr);
+  std::printf("relative squared error: turbo 2 bits %.5f, 2 bits + 32 outlier channels at 3 %.5f, 3 bits %.5f\n", two,
+              split, three);
+  EXPECT_LT(split, two);
+  EXPECT_GT(split, three);
 }
 
 TEST(LloydMax, LevelsAreSymmetricAndOptimal) {

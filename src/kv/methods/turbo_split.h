@@ -1,0 +1,32 @@
+// TurboQuant's fractional bit widths (the paper's 2.5 and 3.5 bits): in each group of tokens the
+// channels with the largest norm get one bit more, each of the two channel sets coded by its own
+// instance of TurboQuant-MSE (turbo_split.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "src/kv/methods/turbo_rows.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+struct TurboSplitShape {
+  int d = 0;         // head dim
+  int outliers = 0;  // channels per group coded at bits + 1
+  int group = 32;    // tokens per group (one choice of outlier channels)
+  int bits = 2;      // bits of the other channels
+  TurboRows::NormMode norm = TurboRows::NormMode::kNorm;
+};
+
+// Refuses (vq::Error, one line) a shape the split cannot code: outliers outside [4, d - 4], a
+// part whose dimension the rotation cannot take, or bits + 1 above 4.
+void check_turbo_split(const TurboSplitShape& s);
+// Bytes of one block: the group's channel mask, then per token the two rows.
+size_t turbo_split_block_bytes(const TurboSplitShape& s);
+double turbo_split_bits(const TurboSplitShape& s);
+
+std::unique_ptr<KeyCodec> turbo_split_keys(const TurboSplitShape& s, uint64_t seed);
+std::unique_ptr<ValueCodec> turbo_split_values(const TurboSplitShape& s, uint64_t seed);
+
+}  // namespace vq::kv
