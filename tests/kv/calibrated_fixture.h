@@ -1,10 +1,11 @@
-// The fixture of the calibrated methods' tests (KVQuant, VecInfer): a method calibrated on
-// outlier-heavy synthetic tokens of one layer with one KV head, the keys rotated by RoPE at their
-// positions as a model's keys are.
+// The fixture of the calibrated methods' tests (KVQuant, VecInfer, SpectralQuant, CommVQ): a
+// method calibrated on outlier-heavy synthetic tokens of one layer with one KV head, the keys
+// rotated by RoPE at their positions as a model's keys are.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/rope_table.h"
@@ -37,6 +38,22 @@ inline Calibrated calibrated_on_synthetic(const std::string& spec, int d, int n_
   auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n_tokens, 0)},
                                                    ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
   return {m.with_calibration(c), c};
+}
+
+// Every check of codec_harness.h that a calibrated codec must pass, at each head dim: fused
+// scores and accumulation equal the reference on every kind of data, the block bytes match the
+// formula, and one-token encoding matches whole blocks. Seeds start at seed_base.
+inline void check_calibrated_codec(const std::string& spec, const std::vector<int>& dims, uint64_t seed_base,
+                                   int calib_tokens = 1024) {
+  for (int d : dims) {
+    SCOPED_TRACE(spec + " at head_dim " + std::to_string(d));
+    const Calibrated c = calibrated_on_synthetic(spec, d, calib_tokens);
+    for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
+      check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, seed_base + uint64_t(d) + uint64_t(kind), 80);
+    }
+    check_block_bytes_match_formula(c.method, c.ctx());
+    check_single_token_encode(c.method, c.ctx());
+  }
 }
 
 }  // namespace vq::kv::testing

@@ -22,14 +22,7 @@ namespace {
 
 TEST(Method_commvq, FusedEqualsReference) {
   for (const char* spec : {"commvq:rounds=3", "commvq:kbits=1,vbits=3,residual=16,rounds=2", "k=q8,v=commvq:rounds=2"}) {
-    for (int d : {64, 128}) {
-      const Calibrated c = calibrated_on_synthetic(spec, d, 1024);
-      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
-        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 4000 + uint64_t(d) + uint64_t(kind), 80);
-      }
-      check_block_bytes_match_formula(c.method, c.ctx());
-      check_single_token_encode(c.method, c.ctx());
-    }
+    check_calibrated_codec(spec, {64, 128}, 4000);
   }
 }
 

@@ -24,14 +24,7 @@ Calibrated calibrated(const std::string& spec, int d, RopeSpec rope = neox()) {
 
 TEST(Method_kvquant, FusedEqualsReference) {
   for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4", "kvquant:outliers=0", "kvquant:bits=2,outliers=0.05"}) {
-    for (int d : {64, 100, 128, 256}) {
-      const Calibrated c = calibrated(spec, d);
-      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
-        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 1000 + uint64_t(d) + uint64_t(kind), 80);
-      }
-      check_block_bytes_match_formula(c.method, c.ctx());
-      check_single_token_encode(c.method, c.ctx());
-    }
+    check_calibrated_codec(spec, {64, 100, 128, 256}, 1000, 512);
   }
 }
 

@@ -25,14 +25,7 @@ namespace {
 TEST(Method_spectral, FusedEqualsReference) {
   for (const char* spec : {"spectral", "spectral:hi=3,lo=1", "spectral:lo=0", "spectral:rank=8,hi=8,lo=4,residual=16",
                            "k=spectral,v=q8", "k=q4,v=spectral:hi=5"}) {
-    for (int d : {64, 96, 128}) {
-      const Calibrated c = calibrated_on_synthetic(spec, d, 1024);
-      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
-        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 3000 + uint64_t(d) + uint64_t(kind), 80);
-      }
-      check_block_bytes_match_formula(c.method, c.ctx());
-      check_single_token_encode(c.method, c.ctx());
-    }
+    check_calibrated_codec(spec, {64, 96, 128}, 3000);
   }
 }
 

@@ -26,14 +26,7 @@ Calibrated calibrated(const std::string& spec, int d) { return calibrated_on_syn
 
 TEST(Method_vecinfer, FusedEqualsReference) {
   for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4", "vecinfer:ksub=8,vsub=16,residual=16"}) {
-    for (int d : {64, 128, 256}) {
-      const Calibrated c = calibrated(spec, d);
-      for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
-        check_fused_equals_reference(c.method, c.ctx(int(kind)), kind, 2000 + uint64_t(d) + uint64_t(kind), 80);
-      }
-      check_block_bytes_match_formula(c.method, c.ctx());
-      check_single_token_encode(c.method, c.ctx());
-    }
+    check_calibrated_codec(spec, {64, 128, 256}, 2000);
   }
 }
 
