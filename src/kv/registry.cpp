@@ -46,12 +46,19 @@ std::vector<ParamInfo> rotation_params() {
   };
 }
 
+std::vector<ParamInfo> windowed_method_params(std::vector<ParamInfo> own, int residual_default) {
+  for (auto& x : window_params()) {
+    if (x.name == "residual") x.default_value = residual_default;
+    own.push_back(x);
+  }
+  return own;
+}
+
 std::vector<ParamInfo> rotated_method_params(std::vector<ParamInfo> own) {
   for (auto& x : rotation_params()) {
     if (x.name == "seed") own.push_back(x);
   }
-  for (auto& x : window_params()) own.push_back(x);
-  return own;
+  return windowed_method_params(std::move(own));
 }
 
 void check_hadamard_dim(const char* method, int d, int lo) {

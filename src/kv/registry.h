@@ -29,6 +29,9 @@ const MethodDef& ratequant_method();
 // randomized Hadamard rotation with its seed.
 std::vector<ParamInfo> window_params();
 std::vector<ParamInfo> rotation_params();
+// A windowed method's parameters: its own, then the window's (residual defaulting to
+// residual_default).
+std::vector<ParamInfo> windowed_method_params(std::vector<ParamInfo> own, int residual_default = 0);
 // A rotated method's parameters: its own, then the rotation's seed and the window's.
 std::vector<ParamInfo> rotated_method_params(std::vector<ParamInfo> own);
 // Refuses (vq::Error) a head_dim that is not a power of two in [lo, 4096], which a method whose
@@ -46,15 +49,25 @@ inline bool param_bool(const ParamValues& v, const std::string& key) { return v.
 // Seeds for per-layer random state, distinct for keys and values.
 uint64_t layer_seed(uint64_t seed, int layer, int side);
 
-// What the rotation-based methods (rotated_method_params) share: the seed of their per-layer,
-// per-side rotations, and the fp16 window and sinks, the same for keys and values.
-class RotatedMethod : public MethodImpl {
+// What a method with window_params shares: the fp16 window (`residual` newest tokens) and
+// `sink` leading tokens, the same for keys and values.
+class WindowedMethod : public MethodImpl {
  public:
-  explicit RotatedMethod(const ParamValues& v)
-      : seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
+  explicit WindowedMethod(const ParamValues& v)
+      : residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
   int key_keep() const override { return residual_; }
   int value_keep() const override { return residual_; }
   int sink_tokens() const override { return sink_; }
+
+ private:
+  int residual_, sink_;
+};
+
+// What the rotation-based methods (rotated_method_params) share: the seed of their per-layer,
+// per-side rotations, and the window.
+class RotatedMethod : public WindowedMethod {
+ public:
+  explicit RotatedMethod(const ParamValues& v) : WindowedMethod(v), seed_(uint64_t(param_int(v, "seed"))) {}
 
  protected:
   // side 0: keys, 1: values.
@@ -62,7 +75,6 @@ class RotatedMethod : public MethodImpl {
 
  private:
   uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace vq::kv

@@ -10,14 +10,10 @@
 namespace vq::kv {
 namespace {
 
-class BaselineMethod final : public MethodImpl {
+class BaselineMethod final : public WindowedMethod {
  public:
   BaselineMethod(BaselineCodecs codecs, const ParamValues& v)
-      : codecs_(std::move(codecs)),
-        rot_(param_bool(v, "rot")),
-        seed_(uint64_t(param_int(v, "seed"))),
-        residual_(param_int(v, "residual")),
-        sink_(param_int(v, "sink")) {}
+      : WindowedMethod(v), codecs_(std::move(codecs)), rot_(param_bool(v, "rot")), seed_(uint64_t(param_int(v, "seed"))) {}
 
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     auto c = codecs_.key(ctx.head_dim);
@@ -39,9 +35,6 @@ class BaselineMethod final : public MethodImpl {
   double value_bits(int head_dim) const override {
     return codecs_.value_bits ? codecs_.value_bits(head_dim) : codecs_.bits(head_dim);
   }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   static void check_rotatable(int d) {
@@ -50,7 +43,6 @@ class BaselineMethod final : public MethodImpl {
   BaselineCodecs codecs_;
   bool rot_;
   uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace
@@ -60,9 +52,7 @@ std::unique_ptr<MethodImpl> make_baseline(BaselineCodecs codecs, const ParamValu
 }
 
 std::vector<ParamInfo> baseline_params() {
-  auto p = rotation_params();
-  for (auto& w : window_params()) p.push_back(w);
-  return p;
+  return windowed_method_params(rotation_params());
 }
 
 }  // namespace vq::kv

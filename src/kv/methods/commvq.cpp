@@ -216,11 +216,11 @@ class CommValueCodec final : public CommBlockCodec<ValueCodec> {
   }
 };
 
-class CommVqMethod final : public MethodImpl {
+class CommVqMethod final : public WindowedMethod {
  public:
   explicit CommVqMethod(const ParamValues& v)
-      : kbits_(param_int(v, "kbits")), vbits_(param_int(v, "vbits")), rounds_(param_int(v, "rounds")),
-        seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
+      : WindowedMethod(v), kbits_(param_int(v, "kbits")), vbits_(param_int(v, "vbits")),
+        rounds_(param_int(v, "rounds")), seed_(uint64_t(param_int(v, "seed"))) {}
   bool needs_calibration() const override { return true; }
   bool per_head_codecs() const override { return true; }
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
@@ -231,9 +231,6 @@ class CommVqMethod final : public MethodImpl {
   }
   double key_bits(int d) const override { return bits(d, kbits_); }
   double value_bits(int d) const override { return bits(d, vbits_); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
   // Keys as they were before RoPE (the samples hold them so), values as they are.
   void calibrate_keys(const LayerSamples& smp, LayerCalibration* out) const override {
@@ -291,30 +288,23 @@ class CommVqMethod final : public MethodImpl {
 
   int kbits_, vbits_, rounds_;
   uint64_t seed_;
-  int residual_, sink_;
 };
 
 }  // namespace
 
 const MethodDef& commvq_method() {
-  static std::vector<ParamInfo> params = [] {
-    std::vector<ParamInfo> p = {
-        {"kbits", ParamType::kInt, 2, 1, 4, "key bits per element: floor(kbits * d / 12) stages of 12-bit codes", {}},
-        {"vbits", ParamType::kInt, 2, 1, 4, "value bits per element, as for keys", {}},
-        {"rounds", ParamType::kInt, 12, 1, 100, "EM rounds per stage in calibration", {}},
-        {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the codebook initialization", {}},
-    };
-    for (auto& x : window_params()) p.push_back(x);
-    for (auto& x : p) {
-      if (x.name == "residual") x.default_value = 128;  // the official code keeps 128 recent tokens
-    }
-    return p;
-  }();
   static const MethodDef def{
       {"commvq",
        "CommVQ: pre-RoPE keys, residual VQ with RoPE-commutative 12-bit codebooks learned by EM; query turned to each "
        "key's position",
-       params},
+       windowed_method_params(
+           {
+               {"kbits", ParamType::kInt, 2, 1, 4, "key bits per element: floor(kbits * d / 12) stages of 12-bit codes", {}},
+               {"vbits", ParamType::kInt, 2, 1, 4, "value bits per element, as for keys", {}},
+               {"rounds", ParamType::kInt, 12, 1, 100, "EM rounds per stage in calibration", {}},
+               {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the codebook initialization", {}},
+           },
+           /*residual_default=*/128)},  // the official code keeps 128 recent tokens
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<CommVqMethod>(v); }};
   return def;
 }

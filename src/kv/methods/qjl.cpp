@@ -219,12 +219,11 @@ class QjlKeyCodec final : public KeyCodec {
   size_t header_, row_;
 };
 
-class QjlMethod final : public MethodImpl {
+class QjlMethod final : public WindowedMethod {
  public:
   explicit QjlMethod(const ParamValues& v)
-      : m_(param_int(v, "m")), K_(param_int(v, "outliers")), om_(param_int(v, "om") > 0 ? param_int(v, "om") : m_),
-        group_(param_int(v, "group")), seed_(uint64_t(param_int(v, "seed"))), residual_(param_int(v, "residual")),
-        sink_(param_int(v, "sink")),
+      : WindowedMethod(v), m_(param_int(v, "m")), K_(param_int(v, "outliers")), om_(param_int(v, "om") > 0 ? param_int(v, "om") : m_),
+        group_(param_int(v, "group")), seed_(uint64_t(param_int(v, "seed"))),
         values_(parse_method(fmt::format("kivi:vbits={},group={},residual=0", param_int(v, "vbits"), group_))) {
     VQ_CHECK(m_ % 8 == 0, fmt::format("qjl: m must be a multiple of 8 (whole bytes of signs), got {}", m_));
     VQ_CHECK(om_ % 8 == 0 && om_ <= m_,
@@ -246,14 +245,10 @@ class QjlMethod final : public MethodImpl {
     return per_token / d + 8.0 * K_ * ib / (double(group_) * d);
   }
   double value_bits(int d) const override { return values_.values().value_bits(d); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
  private:
   int m_, K_, om_, group_;
   uint64_t seed_;
-  int residual_, sink_;
   Method values_;  // KIVI's per-token value side
 };
 
@@ -264,18 +259,14 @@ const MethodDef& qjl_method() {
       {"qjl",
        "QJL: keys as the signs of a Gaussian sketch + norm (unbiased inner-product estimator), outlier channels "
        "sketched apart; values per-token (KIVI)",
-       [] {
-         std::vector<ParamInfo> p = {
-             {"m", ParamType::kInt, 256, 8, 4096, "sketch rows (sign bits per key), a multiple of 8", {}},
-             {"outliers", ParamType::kInt, 8, 0, 64, "outlier channels per group of tokens, sketched apart", {}},
-             {"om", ParamType::kInt, 0, 0, 4096, "sketch rows of the outlier part (0: m)", {}},
-             {"group", ParamType::kInt, 32, 1, 1024, "tokens per outlier group; channels per value group", {}},
-             {"vbits", ParamType::kInt, 2, 2, 4, "bits per value code (KIVI per-token)", {}},
-             {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the Gaussian sketch", {}},
-         };
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+       windowed_method_params({
+           {"m", ParamType::kInt, 256, 8, 4096, "sketch rows (sign bits per key), a multiple of 8", {}},
+           {"outliers", ParamType::kInt, 8, 0, 64, "outlier channels per group of tokens, sketched apart", {}},
+           {"om", ParamType::kInt, 0, 0, 4096, "sketch rows of the outlier part (0: m)", {}},
+           {"group", ParamType::kInt, 32, 1, 1024, "tokens per outlier group; channels per value group", {}},
+           {"vbits", ParamType::kInt, 2, 2, 4, "bits per value code (KIVI per-token)", {}},
+           {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the Gaussian sketch", {}},
+       })},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<QjlMethod>(v); }};
   return def;
 }

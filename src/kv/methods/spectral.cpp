@@ -190,11 +190,10 @@ double row_bits(int d, int r, int hi, int lo) {
   return 8.0 * bytes / d;
 }
 
-class SpectralMethod final : public MethodImpl {
+class SpectralMethod final : public WindowedMethod {
  public:
   explicit SpectralMethod(const ParamValues& v)
-      : hi_(param_int(v, "hi")), lo_(param_int(v, "lo")), rank_(param_int(v, "rank")),
-        residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {
+      : WindowedMethod(v), hi_(param_int(v, "hi")), lo_(param_int(v, "lo")), rank_(param_int(v, "rank")) {
     VQ_CHECK(lo_ <= hi_, fmt::format("spectral: lo={} must not exceed hi={}", lo_, hi_));
   }
   bool needs_calibration() const override { return true; }
@@ -207,9 +206,6 @@ class SpectralMethod final : public MethodImpl {
   }
   double key_bits(int d) const override { return mean_bits(d, 0); }
   double value_bits(int d) const override { return mean_bits(d, 1); }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
 
   // Bound to a calibration: the layers' ranks fix the bits per element (their mean).
   std::shared_ptr<const MethodImpl> calibrated(const Calibration& c) const override {
@@ -283,27 +279,22 @@ class SpectralMethod final : public MethodImpl {
     *rank = rank_ > 0 ? std::min(rank_, d) : std::clamp(int(std::lround(pr / H)), 1, d);
   }
 
-  int hi_, lo_, rank_, residual_, sink_;
+  int hi_, lo_, rank_;
   std::vector<std::pair<int, int>> ranks_;  // per layer (keys, values), once calibrated
 };
 
 }  // namespace
 
 const MethodDef& spectral_method() {
-  static std::vector<ParamInfo> params = [] {
-    std::vector<ParamInfo> p = {
-        {"hi", ParamType::kInt, 4, 1, 8, "bits per signal coordinate (the strongest directions)", {}},
-        {"lo", ParamType::kInt, 2, 0, 8, "bits per noise coordinate (0: a rank-r code)", {}},
-        {"rank", ParamType::kInt, 0, 0, 4096,
-         "signal coordinates per vector (0: the spectrum's effective dimension, fixed by calibration)", {}},
-    };
-    for (auto& x : window_params()) p.push_back(x);
-    return p;
-  }();
   static const MethodDef def{
       {"spectral",
        "SpectralQuant: per-head calibrated eigenbasis, whitened; the strongest directions at more bits than the rest",
-       params},
+       windowed_method_params({
+           {"hi", ParamType::kInt, 4, 1, 8, "bits per signal coordinate (the strongest directions)", {}},
+           {"lo", ParamType::kInt, 2, 0, 8, "bits per noise coordinate (0: a rank-r code)", {}},
+           {"rank", ParamType::kInt, 0, 0, 4096,
+            "signal coordinates per vector (0: the spectrum's effective dimension, fixed by calibration)", {}},
+       })},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<SpectralMethod>(v); }};
   return def;
 }

@@ -235,15 +235,11 @@ const MethodDef& turbo_prod_method() {
   static const MethodDef def{
       {"turbo-prod",
        "TurboQuant-Prod: TurboQuant-MSE at bits-1 + a 1-bit QJL sketch of the residual (unbiased inner products)",
-       [] {
-         std::vector<ParamInfo> p = {
-             {"bits", ParamType::kInt, 3, 2, 4, "bits per coordinate: bits-1 of MSE codes + the residual's sketch", {}},
-             {"m", ParamType::kInt, 0, 0, 4096, "sketch rows of the residual, a multiple of 8 (0: head_dim)", {}},
-             {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's signs and of the sketch", {}},
-         };
-         for (auto& x : window_params()) p.push_back(x);
-         return p;
-       }()},
+       windowed_method_params({
+           {"bits", ParamType::kInt, 3, 2, 4, "bits per coordinate: bits-1 of MSE codes + the residual's sketch", {}},
+           {"m", ParamType::kInt, 0, 0, 4096, "sketch rows of the residual, a multiple of 8 (0: head_dim)", {}},
+           {"seed", ParamType::kInt, 1234, 0, 2147483647, "seed of the rotation's signs and of the sketch", {}},
+       })},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<ProdMethod>(v); }};
   return def;
 }

@@ -316,11 +316,10 @@ class VecInferValueCodec final : public ValueCodec {
   Codebook book_;
 };
 
-class VecInferMethod final : public MethodImpl {
+class VecInferMethod final : public WindowedMethod {
  public:
   explicit VecInferMethod(const ParamValues& v)
-      : s_{param_int(v, "ksub"), param_int(v, "vsub"), uint64_t(param_int(v, "seed"))},
-        residual_(param_int(v, "residual")), sink_(param_int(v, "sink")) {}
+      : WindowedMethod(v), s_{param_int(v, "ksub"), param_int(v, "vsub"), uint64_t(param_int(v, "seed"))} {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check_dim(ctx.head_dim);
     check_codebook(ctx, ctx.calib ? ctx.calib->key_codebook : std::vector<float>{}, "key");
@@ -333,9 +332,6 @@ class VecInferMethod final : public MethodImpl {
   }
   double key_bits(int) const override { return 8.0 / s_.ksub; }
   double value_bits(int) const override { return 8.0 / s_.vsub; }
-  int key_keep() const override { return residual_; }
-  int value_keep() const override { return residual_; }
-  int sink_tokens() const override { return sink_; }
   bool needs_calibration() const override { return true; }
 
   // Smoothing divisors from the keys as the cache will see them (after RoPE), the two channels
@@ -392,7 +388,6 @@ class VecInferMethod final : public MethodImpl {
              fmt::format("vecinfer: ksub={} and vsub={} must divide head_dim {}", s_.ksub, s_.vsub, d));
   }
   Settings s_;
-  int residual_, sink_;
 };
 
 }  // namespace
