@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Same input, same output at any thread count: for every registered method (plain and, where it
-# applies, rotated), generate's token ids and perplexity's whole JSON (PPL, KL, top-1) are
-# identical with 1 and 2 threads; a method that learns from data is calibrated (at both thread
-# counts: the two files must be identical too; RateQuant's probe kept to one 128-token chunk).
+# applies, rotated; and TurboQuant's fractional split), generate's token ids and perplexity's
+# whole JSON (PPL, KL, top-1) are identical with 1 and 2 threads; a method that learns from data
+# is calibrated (at both thread counts: the two files must be identical too; RateQuant's probe
+# kept to one 128-token chunk).
 set -euo pipefail
 bin=$1 src=$2
 model="$src/models/gemma-3-270m-q4_k_m.gguf"
@@ -16,6 +17,8 @@ for m in json.load(sys.stdin):
     print(m["name"] + (" calib" if m["needs_calibration"] else ""))
     if any(p["name"] == "rot" for p in m["params"]):
         print(m["name"] + ":rot=1")' | tr ' ' '+')
+# Code paths that defaults do not reach: TurboQuant's fractional split (per-group channel masks).
+specs="$specs turbo:bits=2,outliers=128"
 for entry in $specs; do
   kv=${entry%+calib}
   calib=()
