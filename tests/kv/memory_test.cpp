@@ -42,7 +42,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
     check_formula(spec, 128, 32768);
   }
   for (const char* spec : {"turbo", "turbo:bits=2", "k=turbo:bits=3,v=turbo:bits=2", "turbo-rvq", "turbo-rvq:bits=1",
-                           "polar", "polar:levels=2,bits1=3"}) {
+                           "polar", "polar:levels=2,bits1=3", "turbo:bits=2,outliers=64", "turbo:bits=1,outliers=32,group=16"}) {
     check_formula(spec, 128, 32768);
   }
   for (const char* spec : {"qjl", "qjl:outliers=0,m=128", "turbo-prod", "k=turbo-prod:bits=2,m=64,v=turbo"}) {
