@@ -24,6 +24,7 @@
 // Fractional settings: outliers=N codes, in each group of `group` tokens, the N channels of
 // largest norm at bits + 1 and the rest at bits, each set by its own TurboQuant instance, as the
 // paper does for 2.5 and 3.5 bits (turbo_split.cpp; N = head_dim / 2 gives bits + 0.5).
+// pick=first, an ablation, takes the first N channels instead of the loudest.
 //
 // Layout: 16 tokens per block, a row per token: fp16 norm, then the codes as B bit planes of
 // ceil(d/8) bytes. Bits per element: B + 16/d (the norm counts). With outliers, turbo_split.h.
@@ -47,7 +48,7 @@ class TurboMethod final : public RotatedMethod {
   explicit TurboMethod(const ParamValues& v)
       : RotatedMethod(v), bits_(param_int(v, "bits")),
         norm_mode_(TurboRows::NormMode(param_int(v, "norm"))), outliers_(param_int(v, "outliers")),
-        group_(param_int(v, "group")) {}
+        group_(param_int(v, "group")), pick_by_norm_(param_int(v, "pick") == 0) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     if (outliers_ > 0) return turbo_split_keys(split_shape(ctx.head_dim), rotation_seed(ctx.layer, 0));
     check(ctx.head_dim);
@@ -63,13 +64,14 @@ class TurboMethod final : public RotatedMethod {
 
  private:
   double bits(int d) const { return outliers_ > 0 ? turbo_split_bits(split_shape(d)) : turbo_row_bits(d, bits_); }
-  TurboSplitShape split_shape(int d) const { return {d, outliers_, group_, bits_, norm_mode_}; }
+  TurboSplitShape split_shape(int d) const { return {d, outliers_, group_, bits_, norm_mode_, pick_by_norm_}; }
   static void check(int d) {
     check_rotation_dim("turbo", d, 4);
   }
   int bits_;
   TurboRows::NormMode norm_mode_;
   int outliers_, group_;
+  bool pick_by_norm_;
 };
 
 }  // namespace
@@ -85,7 +87,10 @@ const MethodDef& turbo_method() {
                               {"outliers", ParamType::kInt, 0, 0, 4096,
                                "channels per group of tokens coded at bits + 1 by their own instance (head_dim / 2: bits + 0.5)",
                                {}},
-                              {"group", ParamType::kInt, 32, 1, 1024, "tokens per choice of outlier channels (with outliers)", {}}})},
+                              {"group", ParamType::kInt, 32, 1, 1024, "tokens per choice of outlier channels (with outliers)", {}},
+                              {"pick", ParamType::kChoice, 0, 0, 1,
+                               "outlier channels: the group's largest norms (paper), or the first ones (ablation)",
+                               {"norm", "first"}}})},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<TurboMethod>(v); }};
   return def;
 }

@@ -22,6 +22,9 @@
 //
 // Tokens of a group share its mask, so they are encoded together when the group is full; until
 // then they wait in the cache's fp16 window.
+//
+// pick=first (an ablation, not the paper) marks the first N channels in every group instead: the
+// same bits and layout without the choice of channels, to measure what the choice is worth.
 #include "src/kv/methods/turbo_split.h"
 
 #include <fmt/format.h>
@@ -67,7 +70,11 @@ class TurboSplit {
 
   void encode(const float* x, uint8_t* block) const {
     std::memset(block, 0, mask_bytes_);
-    for (int c : top_norm_channels(x, s_.group, s_.d, n_)) block[c / 8] |= uint8_t(1u << (c % 8));
+    if (s_.pick_by_norm) {
+      for (int c : top_norm_channels(x, s_.group, s_.d, n_)) block[c / 8] |= uint8_t(1u << (c % 8));
+    } else {
+      for (int c = 0; c < n_; ++c) block[c / 8] |= uint8_t(1u << (c % 8));
+    }
     const Channels ch = channels(block);
     std::vector<float> y(size_t(s_.d));
     for (int t = 0; t < s_.group; ++t) {

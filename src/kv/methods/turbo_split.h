@@ -17,6 +17,9 @@ struct TurboSplitShape {
   int group = 32;    // tokens per group (one choice of outlier channels)
   int bits = 2;      // bits of the other channels
   TurboRows::NormMode norm = TurboRows::NormMode::kNorm;
+  // How a group's outlier channels are picked: by norm (the paper's, via QJL), or the first
+  // `outliers` channels whatever the data (an ablation: the same bits without the choice).
+  bool pick_by_norm = true;
 };
 
 // Refuses (vq::Error, one line) a shape the split cannot code: outliers outside [4, d - 4], a
