@@ -135,6 +135,50 @@ inline void check_fused_equals_reference(const std::string& spec, int d, Data ki
                                acc_rel_tol);
 }
 
+// A block whose header a crafted saved cache has damaged (damage(block, is_key) edits the bytes
+// of one encoded key block, then of one value block): decoding, scoring and accumulating read nothing out of
+// range (the sanitizer runs watch) and the fused paths still equal the decode.
+template <typename Damage>
+void check_damaged_blocks(const std::string& spec, int d, Damage damage) {
+  SCOPED_TRACE(spec + " damaged, d=" + std::to_string(d));
+  const Method m = parse_method(spec);
+  const CodecContext ctx{d, 0, 1};
+  const auto kc = m.keys().key_codec(ctx);
+  const auto vc = m.values().value_codec(ctx);
+  const int n_q = 3;
+  const auto kx = make_data(Data::kOutliers, size_t(kc->block_tokens()), d, 21);
+  const auto vx = make_data(Data::kOutliers, size_t(vc->block_tokens()), d, 22);
+  Encoded ke = encode_run(*kc, kx, 0), ve = encode_run(*vc, vx, 0);
+  damage(ke.bytes.data(), true);
+  damage(ve.bytes.data(), false);
+  const auto kd = decode_run(*kc, ke, 0), vd = decode_run(*vc, ve, 0);
+  const auto q = make_data(Data::kGaussian, size_t(n_q), d, 23);
+  std::vector<float> states(size_t(n_q) * kc->query_state_floats()), s(size_t(n_q) * size_t(ke.tokens));
+  for (int r = 0; r < n_q; ++r) kc->prepare_query(q.data() + size_t(r) * d, states.data() + r * kc->query_state_floats());
+  kc->scores(states.data(), n_q, ke.bytes.data(), 0, 0, ke.tokens, s.data(), size_t(ke.tokens));
+  for (int r = 0; r < n_q; ++r) {
+    for (int64_t i = 0; i < ke.tokens; ++i) {
+      double ref = 0;
+      for (int j = 0; j < d; ++j) ref += double(q[size_t(r) * d + j]) * kd[size_t(i) * d + j];
+      EXPECT_NEAR(s[size_t(r) * ke.tokens + i], ref, 1e-4 * (1 + norm(&q[size_t(r) * d], d) * norm(&kd[size_t(i) * d], d)));
+    }
+  }
+  const auto w = make_data(Data::kGaussian, size_t(n_q), int(ve.tokens), 24);
+  std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.0f), out(size_t(n_q) * d);
+  vc->accumulate(w.data(), size_t(ve.tokens), n_q, ve.bytes.data(), 0, 0, ve.tokens, acc.data());
+  vc->finalize(acc.data(), n_q, out.data());
+  for (int r = 0; r < n_q; ++r) {
+    for (int j = 0; j < d; ++j) {
+      double ref = 0, bound = 0;
+      for (int64_t i = 0; i < ve.tokens; ++i) {
+        ref += double(w[size_t(r) * ve.tokens + i]) * vd[size_t(i) * d + j];
+        bound += std::fabs(w[size_t(r) * ve.tokens + i] * vd[size_t(i) * d + j]);
+      }
+      EXPECT_NEAR(out[size_t(r) * d + j], ref, 1e-4 * (1 + bound));
+    }
+  }
+}
+
 // Relative reconstruction error ||x - decode(encode(x))||^2 / ||x||^2 over Gaussian tokens.
 inline double relative_mse(const std::string& spec, int d, bool keys, Data kind = Data::kGaussian) {
   const Method m = parse_method(spec);

@@ -133,6 +133,13 @@ class QjlKeyCodec final : public KeyCodec {
       const int t0 = int(i % G_), t1 = int(std::min<int64_t>(G_, t0 + (i1 - i)));
       const uint8_t* block = blocks + size_t(b) * block_bytes();
       w.resize(size_t(n_q));  // the inlier sketch each query reads
+      // The group's outlier channels in stored order, each once (as read_mask marks them).
+      thread_local std::vector<int> chans;
+      chans.clear();
+      for (int k = 0; k < K_; ++k) {
+        const int c = index(block, k);
+        if (c >= 0 && std::find(chans.begin(), chans.end(), c) == chans.end()) chans.push_back(c);
+      }
       for (int r = 0; r < n_q; ++r) {
         const float* st = states + size_t(r) * qs;
         if (K_ == 0) {
@@ -143,8 +150,7 @@ class QjlKeyCodec final : public KeyCodec {
         float* wo = w_out.data() + size_t(r) * m_;
         float* wi = w_in.data() + size_t(r) * m_;
         std::fill_n(wo, m_, 0.0f);
-        for (int k = 0; k < K_; ++k) {
-          const int c = index(block, k);
+        for (int c : chans) {
           const float qc = st[c];
           const float* col = sketch_.column(c);
           for (int j = 0; j < m_; ++j) wo[j] += qc * col[j];
@@ -174,14 +180,22 @@ class QjlKeyCodec final : public KeyCodec {
   size_t out_off() const { return 4 + size_t(m_) / 8; }
   const uint8_t* inlier_bits(const uint8_t* r) const { return r + in_off(); }
   const uint8_t* outlier_bits(const uint8_t* r) const { return r + out_off(); }
+  // Outlier channel k of a block; -1 for an index outside the head (a damaged saved cache),
+  // which every reader skips.
   int index(const uint8_t* block, int k) const {
-    if (ib_ == 1) return block[k];
-    uint16_t v;
-    std::memcpy(&v, block + 2 * size_t(k), 2);
-    return v;
+    int c = block[k];
+    if (ib_ == 2) {
+      uint16_t v;
+      std::memcpy(&v, block + 2 * size_t(k), 2);
+      c = v;
+    }
+    return c < d_ ? c : -1;
   }
   void read_mask(const uint8_t* block, uint8_t* mask) const {
-    for (int k = 0; k < K_; ++k) mask[index(block, k)] = 1;
+    for (int k = 0; k < K_; ++k) {
+      const int c = index(block, k);
+      if (c >= 0) mask[c] = 1;
+    }
   }
 
   // The K channels of largest norm over the block's tokens (ties to the lower channel), written

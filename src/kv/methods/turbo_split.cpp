@@ -94,11 +94,23 @@ class TurboSplit {
     }
   }
 
+  // A mask with other than N channels marked (a damaged saved cache) still gives N and d - N
+  // channels: the first N marked ones, completed by the first unmarked ones.
   Channels channels(const uint8_t* block) const {
     Channels ch;
     ch.hi.reserve(size_t(n_));
     ch.lo.reserve(size_t(s_.d - n_));
-    for (int c = 0; c < s_.d; ++c) ((block[c / 8] >> (c % 8)) & 1 ? ch.hi : ch.lo).push_back(c);
+    std::vector<uint8_t> in_hi(size_t(s_.d), 0);
+    for (int c = 0; c < s_.d && int(ch.hi.size()) < n_; ++c) {
+      if ((block[c / 8] >> (c % 8)) & 1) ch.hi.push_back(c), in_hi[size_t(c)] = 1;
+    }
+    for (int c = 0; c < s_.d && int(ch.hi.size()) < n_; ++c) {
+      if (!in_hi[size_t(c)]) ch.hi.push_back(c), in_hi[size_t(c)] = 1;
+    }
+    std::sort(ch.hi.begin(), ch.hi.end());
+    for (int c = 0; c < s_.d; ++c) {
+      if (!in_hi[size_t(c)]) ch.lo.push_back(c);
+    }
     return ch;
   }
   // Token t of a block as [outlier part | rest], both still rotated.

@@ -26,6 +26,19 @@ TEST(Method_qjl, FusedEqualsReference) {
   check_all("qjl:m=64,outliers=2,group=16", {320}, 32);  // u16 channel indices
 }
 
+// Outlier indices outside the head or repeated (a crafted saved cache) are read safely.
+TEST(Method_qjl, DamagedOutlierIndicesAreSkipped) {
+  check_damaged_blocks("qjl:m=64,outliers=4,group=8", 64, [](uint8_t* block, bool is_key) {
+    if (!is_key) return;  // the value side is KIVI's, with no indices
+    block[0] = 200;       // outside d = 64
+    block[1] = 255;
+    block[2] = block[3];  // a repeat
+  });
+  check_damaged_blocks("qjl:m=64,outliers=4,group=8", 512, [](uint8_t* block, bool is_key) {
+    if (is_key) block[0] = block[1] = 0xFF;  // u16 index 65535, outside d = 512
+  });
+}
+
 TEST(Method_qjl, BitsPerElementCountEveryByte) {
   // keys (m + 16 + om + 16) / d + 8 K / (G d); values (KIVI, vbits = 2, G = 32) 2 + 32 * 4 / 128
   EXPECT_DOUBLE_EQ(parse_method("qjl").keys().key_bits(128), (256.0 + 16 + 256 + 16) / 128 + 8.0 * 8 / (32 * 128));

@@ -3,6 +3,7 @@
 // solver predicts and the paper reports; bits per element count the norm.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -173,6 +174,14 @@ TEST(Method_turbo, OutlierSplitGivesTheLoudChannelsTheExtraBit) {
   const double first = mse("turbo:bits=2,outliers=32,pick=first", nullptr);
   std::printf("the same split with the first 32 channels instead of the loudest: %.5f\n", first);
   EXPECT_GT(first, 1.5 * split);
+}
+
+// A mask with too few or too many channels marked (a crafted saved cache) is read safely.
+TEST(Method_turbo, OutlierSplitSurvivesADamagedMask) {
+  for (uint8_t fill : {uint8_t(0x00), uint8_t(0xFF), uint8_t(0x81)}) {
+    check_damaged_blocks("turbo:bits=2,outliers=64", 128, [fill](uint8_t* block, bool) { std::fill_n(block, 16, fill); });
+    check_damaged_blocks("turbo:bits=2,outliers=40", 80, [fill](uint8_t* block, bool) { std::fill_n(block, 10, fill); });
+  }
 }
 
 TEST(LloydMax, LevelsAreSymmetricAndOptimal) {
