@@ -67,9 +67,13 @@ void check_hadamard_dim(const char* method, int d, int lo) {
                        method, lo, d));
 }
 
-void check_rotation_dim(const char* method, int d, int lo) {
+bool rotatable_dim(int d) {
   const bool pow2 = d > 0 && (d & (d - 1)) == 0;
-  VQ_CHECK(d >= lo && (pow2 ? d <= 4096 : d <= int(RandomRotation::kMaxDense)),
+  return pow2 ? d <= 4096 : d > 0 && d <= int(RandomRotation::kMaxDense);
+}
+
+void check_rotation_dim(const char* method, int d, int lo) {
+  VQ_CHECK(d >= lo && rotatable_dim(d),
            fmt::format("{}: head_dim must be in [{}, {}] (a power of two up to 4096 takes the Hadamard rotation), got {}",
                        method, lo, RandomRotation::kMaxDense, d));
 }

@@ -40,6 +40,9 @@ void check_hadamard_dim(const char* method, int d, int lo = 4);
 // Refuses a head_dim that the rotation wrappers (rotation.h) cannot rotate: below lo, a power of
 // two above 4096, or any other dimension above RandomRotation::kMaxDense (a dense matrix).
 void check_rotation_dim(const char* method, int d, int lo = 4);
+// Whether the rotation wrappers can rotate R^d (d >= 1): a power of two up to 4096, or any other
+// dimension up to RandomRotation::kMaxDense.
+bool rotatable_dim(int d);
 
 // Reading a parsed value (already type- and range-checked by the parser).
 inline int param_int(const ParamValues& v, const std::string& key) { return int(v.at(key)); }

@@ -37,6 +37,7 @@
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/outlier_channels.h"
+#include "src/kv/registry.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {
@@ -46,11 +47,11 @@ uint64_t part_seed(uint64_t seed, int part) {
   return (seed ^ 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull + uint64_t(part);
 }
 
-bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
-// The channels of a group, ascending: the outliers, then the rest.
+// The channels of a group, ascending: the outliers, then the rest (refilled block after block,
+// so a pass over a run allocates once).
 struct Channels {
   std::vector<int> hi, lo;
+  std::vector<uint8_t> in_hi;  // scratch: channel c is in hi
 };
 
 // What the key and the value codec share: the block layout and moving a token between channel
@@ -75,7 +76,8 @@ class TurboSplit {
     } else {
       for (int c = 0; c < n_; ++c) block[c / 8] |= uint8_t(1u << (c % 8));
     }
-    const Channels ch = channels(block);
+    Channels ch;
+    channels(block, &ch);
     std::vector<float> y(size_t(s_.d));
     for (int t = 0; t < s_.group; ++t) {
       to_rotated(ch, x + size_t(t) * s_.d, y.data());
@@ -85,7 +87,8 @@ class TurboSplit {
     }
   }
   void decode(const uint8_t* block, float* x) const {
-    const Channels ch = channels(block);
+    Channels ch;
+    channels(block, &ch);
     std::vector<float> y(size_t(s_.d));
     std::fill_n(x, size_t(s_.group) * s_.d, 0.0f);
     for (int t = 0; t < s_.group; ++t) {
@@ -96,22 +99,20 @@ class TurboSplit {
 
   // A mask with other than N channels marked (a damaged saved cache) still gives N and d - N
   // channels: the first N marked ones, completed by the first unmarked ones.
-  Channels channels(const uint8_t* block) const {
-    Channels ch;
-    ch.hi.reserve(size_t(n_));
-    ch.lo.reserve(size_t(s_.d - n_));
-    std::vector<uint8_t> in_hi(size_t(s_.d), 0);
-    for (int c = 0; c < s_.d && int(ch.hi.size()) < n_; ++c) {
-      if ((block[c / 8] >> (c % 8)) & 1) ch.hi.push_back(c), in_hi[size_t(c)] = 1;
+  void channels(const uint8_t* block, Channels* ch) const {
+    ch->hi.clear();
+    ch->lo.clear();
+    ch->in_hi.assign(size_t(s_.d), 0);
+    for (int c = 0; c < s_.d && int(ch->hi.size()) < n_; ++c) {
+      if ((block[c / 8] >> (c % 8)) & 1) ch->hi.push_back(c), ch->in_hi[size_t(c)] = 1;
     }
-    for (int c = 0; c < s_.d && int(ch.hi.size()) < n_; ++c) {
-      if (!in_hi[size_t(c)]) ch.hi.push_back(c), in_hi[size_t(c)] = 1;
+    for (int c = 0; c < s_.d && int(ch->hi.size()) < n_; ++c) {
+      if (!ch->in_hi[size_t(c)]) ch->hi.push_back(c), ch->in_hi[size_t(c)] = 1;
     }
-    std::sort(ch.hi.begin(), ch.hi.end());
+    std::sort(ch->hi.begin(), ch->hi.end());
     for (int c = 0; c < s_.d; ++c) {
-      if (!in_hi[size_t(c)]) ch.lo.push_back(c);
+      if (!ch->in_hi[size_t(c)]) ch->lo.push_back(c);
     }
-    return ch;
   }
   // Token t of a block as [outlier part | rest], both still rotated.
   void decode_rotated(const uint8_t* block, int t, float* y) const {
@@ -187,8 +188,9 @@ class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
               size_t out_stride) const override {
     const int d = head_dim();
     std::vector<float> qrot(size_t(n_q) * d), tile(size_t(block_tokens()) * d);
+    Channels ch;
     split().for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
-      const Channels ch = split().channels(block);
+      split().channels(block, &ch);
       for (int r = 0; r < n_q; ++r) split().to_rotated(ch, states + size_t(r) * d, qrot.data() + size_t(r) * d);
       decode_tile(block, t0, n, tile.data());
       float_scores(qrot.data(), n_q, size_t(d), tile.data(), size_t(d), n, d, out + (a - i0), out_stride);
@@ -204,8 +206,9 @@ class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
                   float* acc) const override {
     const int d = head_dim();
     std::vector<float> part(size_t(n_q) * d), tile(size_t(block_tokens()) * d);
+    Channels ch;
     split().for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
-      const Channels ch = split().channels(block);
+      split().channels(block, &ch);
       decode_tile(block, t0, n, tile.data());
       std::fill(part.begin(), part.end(), 0.0f);
       float_accumulate(w + (a - i0), w_stride, n_q, tile.data(), size_t(d), n, d, part.data(), size_t(d));
@@ -224,7 +227,7 @@ void check_turbo_split(const TurboSplitShape& s) {
   VQ_CHECK(s.outliers >= 4 && rest >= 4,
            fmt::format("turbo: outliers={} must leave at least 4 channels on each side of head_dim {}", s.outliers, s.d));
   for (int n : {s.outliers, rest}) {
-    VQ_CHECK(power_of_two(n) ? n <= 4096 : size_t(n) <= RandomRotation::kMaxDense,
+    VQ_CHECK(rotatable_dim(n),
              fmt::format("turbo: a part of {} channels is too large for a dense rotation (outliers={}, head_dim {})", n,
                          s.outliers, s.d));
   }
