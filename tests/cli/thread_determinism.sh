@@ -3,9 +3,12 @@
 # applies, rotated; and TurboQuant's fractional split), generate's token ids and perplexity's
 # whole JSON (PPL, KL, top-1) are identical with 1 and 2 threads; a method that learns from data
 # is calibrated (at both thread counts: the two files must be identical too; RateQuant's probe
-# kept to one 128-token chunk).
+# kept to one 128-token chunk). The optional third argument K/N runs every N-th spec starting at
+# the K-th, so ctest can run the shards side by side.
 set -euo pipefail
-bin=$1 src=$2
+bin=$1 src=$2 shard=${3:-1/1}
+shard_k=${shard%/*} shard_n=${shard#*/}
+[[ $shard_k =~ ^[0-9]+$ && $shard_n =~ ^[0-9]+$ && $shard_k -ge 1 && $shard_k -le $shard_n ]] || { echo "bad shard '$shard' (want K/N, 1 <= K <= N)"; exit 2; }
 model="$src/models/gemma-3-270m-q4_k_m.gguf"
 text="$src/../shared/data/wikitext-2-raw-test.txt"
 tmp=$(mktemp -d)
@@ -19,7 +22,10 @@ for m in json.load(sys.stdin):
         print(m["name"] + ":rot=1")' | tr ' ' '+')
 # Code paths that defaults do not reach: TurboQuant's fractional split (per-group channel masks).
 specs="$specs turbo:bits=2,outliers=128"
+index=0
 for entry in $specs; do
+  index=$((index + 1))
+  (( (index - shard_k) % shard_n == 0 )) || continue
   kv=${entry%+calib}
   calib=()
   if [[ $entry == *+calib ]]; then
