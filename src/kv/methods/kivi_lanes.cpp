@@ -49,33 +49,41 @@ HWY_INLINE VF Code(VF table, VU x) {
 
 // ---- keys: scores -------------------------------------------------------------------------
 
+// Independent accumulator sets in the score loop (channels alternate between them to hide the
+// FMA latency): two on AVX-512; one on AVX2, where kRows x kParts vectors already fill half the
+// 16 registers and a second set spilled to the stack.
+constexpr int kSets = kParts == 1 ? 2 : 1;
+
 template <int kBits, int kRows, int k>
-HWY_INLINE void ScoreChannel(VF table, const VU* x, const float* HWY_RESTRICT qc, size_t qs,
+HWY_INLINE void ScoreChannel(VF table, const VU* x, const float* HWY_RESTRICT qc,
                              VF (*acc)[kRows][kParts]) {
   VF v[kParts];
   for (int p = 0; p < kParts; ++p) v[p] = Code<kBits, k>(table, x[p]);
   for (int r = 0; r < kRows; ++r) {
-    const VF qb = hn::Set(DF(), qc[size_t(r) * qs + k]);
-    for (int p = 0; p < kParts; ++p) acc[k % 2][r][p] = hn::MulAdd(qb, v[p], acc[k % 2][r][p]);
+    const VF qb = hn::Set(DF(), qc[r * (32 / kBits) + k]);
+    for (int p = 0; p < kParts; ++p) acc[k % kSets][r][p] = hn::MulAdd(qb, v[p], acc[k % kSets][r][p]);
   }
 }
 
 template <int kBits, int kRows, size_t... K>
-HWY_INLINE void ScoreChunk(VF table, const VU* x, const float* qc, size_t qs, VF (*acc)[kRows][kParts],
+HWY_INLINE void ScoreChunk(VF table, const VU* x, const float* qc, VF (*acc)[kRows][kParts],
                            std::index_sequence<K...>) {
-  (ScoreChannel<kBits, kRows, int(K)>(table, x, qc, qs, acc), ...);
+  (ScoreChannel<kBits, kRows, int(K)>(table, x, qc, acc), ...);
 }
 
 // out[r * out_stride + t] = bias_r + sum_c qf_r[c] code_c(t) for the 16 tokens of a sub-block.
+// qf is chunk-major ([d/C chunks][kRows][C channels]): every query value a chunk needs sits at a
+// fixed offset from one pointer (with row strides the compiler kept a pointer per row on the
+// stack and paid two scalar instructions per broadcast).
 template <int kBits, int kRows>
-HWY_INLINE void ScoreSub(const float* HWY_RESTRICT qf, size_t qs, const float* bias, const uint32_t* words, int d,
+HWY_INLINE void ScoreSub(const float* HWY_RESTRICT qf, const float* bias, const uint32_t* words, int d,
                          float* HWY_RESTRICT out, size_t out_stride) {
   constexpr int C = 32 / kBits;
   const DF df;
   const DU du;
   const VF table = CodeTable<kBits>();
-  VF acc[2][kRows][kParts];
-  for (int e = 0; e < 2; ++e) {
+  VF acc[kSets][kRows][kParts];
+  for (int e = 0; e < kSets; ++e) {
     for (int r = 0; r < kRows; ++r) {
       for (int p = 0; p < kParts; ++p) acc[e][r][p] = e == 0 ? hn::Set(df, bias[r]) : hn::Zero(df);
     }
@@ -83,48 +91,54 @@ HWY_INLINE void ScoreSub(const float* HWY_RESTRICT qf, size_t qs, const float* b
   for (int ch = 0; ch < d / C; ++ch) {
     VU x[kParts];
     for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
-    ScoreChunk<kBits, kRows>(table, x, qf + ch * C, qs, acc, std::make_index_sequence<C>());
+    ScoreChunk<kBits, kRows>(table, x, qf + size_t(ch) * kRows * C, acc, std::make_index_sequence<C>());
   }
   for (int r = 0; r < kRows; ++r) {
-    for (int p = 0; p < kParts; ++p) hn::StoreU(hn::Add(acc[0][r][p], acc[1][r][p]), df, out + size_t(r) * out_stride + p * kLanes);
+    for (int p = 0; p < kParts; ++p) {
+      VF sum = acc[0][r][p];
+      for (int e = 1; e < kSets; ++e) sum = hn::Add(sum, acc[e][r][p]);
+      hn::StoreU(sum, df, out + size_t(r) * out_stride + p * kLanes);
+    }
   }
 }
 
 // The (scale, zero) pairs of channels c .. c+N (fp16, interleaved) as two float vectors.
-HWY_INLINE void LoadPairs(const hwy::float16_t* HWY_RESTRICT sz, int c, VF* s, VF* z) {
-  const DF df;
+template <class D>
+HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn::Vec<D>* s, hn::Vec<D>* z) {
+  const hn::Rebind<hwy::float16_t, D> dh;
 #if HWY_TARGET == HWY_SCALAR
-  const hn::Rebind<hwy::float16_t, DF> dh;
   *s = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c));
   *z = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c + 1));
 #else
-  const hn::Rebind<hwy::float16_t, DF> dh;
   const int N = int(hn::Lanes(df));
-  const VF a = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c)), b = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c + N));
+  const auto a = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c)), b = hn::PromoteTo(df, hn::LoadU(dh, sz + 2 * c + N));
   *s = hn::ConcatEven(df, b, a);
   *z = hn::ConcatOdd(df, b, a);
 #endif
 }
 
-// A group's scales folded into the query (qf_r[c] = q_r[c] s_c) and its zeros into a bias
-// (bias_r = sum_c q_r[c] z_c). d is a multiple of the lane count (d % 16 == 0 here).
-template <int kRows>
+// A group's scales folded into the query (qf_r[c] = q_r[c] s_c, stored chunk-major as ScoreSub
+// reads it) and its zeros into a bias (bias_r = sum_c q_r[c] z_c). d is a multiple of C.
+template <int kBits, int kRows>
 HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::float16_t* HWY_RESTRICT sz, int d,
                           float* HWY_RESTRICT qf, float* bias) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  VF b[kRows];
-  for (int r = 0; r < kRows; ++r) b[r] = hn::Zero(df);
+  constexpr int C = 32 / kBits;
+  const hn::CappedTag<float, C> dc;  // at most one chunk per vector
+  using V = hn::Vec<decltype(dc)>;
+  const int N = int(hn::Lanes(dc));
+  V b[kRows];
+  for (int r = 0; r < kRows; ++r) b[r] = hn::Zero(dc);
   for (int c = 0; c < d; c += N) {
-    VF s, z;
-    LoadPairs(sz, c, &s, &z);
+    V s, z;
+    LoadPairs(dc, sz, c, &s, &z);
+    float* chunk = qf + size_t(c / C) * kRows * C + c % C;
     for (int r = 0; r < kRows; ++r) {
-      const VF qv = hn::LoadU(df, q + size_t(r) * qs + c);
-      hn::StoreU(hn::Mul(qv, s), df, qf + size_t(r) * d + c);
+      const V qv = hn::LoadU(dc, q + size_t(r) * qs + c);
+      hn::StoreU(hn::Mul(qv, s), dc, chunk + r * C);
       b[r] = hn::MulAdd(qv, z, b[r]);
     }
   }
-  for (int r = 0; r < kRows; ++r) bias[r] = hn::GetLane(hn::SumOfLanes(df, b[r]));
+  for (int r = 0; r < kRows; ++r) bias[r] = hn::GetLane(hn::SumOfLanes(dc, b[r]));
 }
 
 // Scores of run tokens [i0, i1) for kRows query rows (q: rows of stride qs floats).
@@ -142,7 +156,7 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
     const uint8_t* block = blocks + size_t(b) * bb;
     // The next block's scales and zeros, once per block (its codes are fetched ahead below).
     if (j == R / G - 1) PrefetchBytes(block + bb, params);
-    FoldGroup<kRows>(q, qs, reinterpret_cast<const hwy::float16_t*>(block + size_t(j) * d * 4), d, qf, bias);
+    FoldGroup<kBits, kRows>(q, qs, reinterpret_cast<const hwy::float16_t*>(block + size_t(j) * d * 4), d, qf, bias);
     for (int64_t u = (i - b * R) / kSub; b * R + u * kSub < g_end; ++u) {
       const int64_t first = b * R + u * kSub;
       const uint32_t* words = reinterpret_cast<const uint32_t*>(block + params + size_t(u) * sub);
@@ -150,9 +164,9 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
       // prefetch of memory never read: harmless).
       PrefetchBytes(reinterpret_cast<const uint8_t*>(words) + 2 * sub, sub);
       if (first >= i && first + kSub <= g_end) {
-        ScoreSub<kBits, kRows>(qf, size_t(d), bias, words, d, out + (first - i0), out_stride);
+        ScoreSub<kBits, kRows>(qf, bias, words, d, out + (first - i0), out_stride);
       } else {
-        ScoreSub<kBits, kRows>(qf, size_t(d), bias, words, d, tmp, kSub);
+        ScoreSub<kBits, kRows>(qf, bias, words, d, tmp, kSub);
         const int64_t a = std::max(i, first), e = std::min(g_end, first + kSub);
         for (int r = 0; r < kRows; ++r) {
           for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
@@ -189,22 +203,48 @@ void KiviLanesKeyScores(int bits, const float* q, int n_q, size_t qs, const uint
 
 constexpr int kBatch = 16;  // sub-blocks (16 tokens each) whose weights are staged at once
 
-// A[r][kk][p] += W_r * code of channel 4h + kk, over one sub-block's words x.
+// Channels accumulated together: their kRows x kQuad accumulators must stay in registers (16
+// vectors of the 32 AVX-512 has; 8 of AVX2's 16, where a quad of four spilled to the stack and
+// halved the speed). A sub-block's parts (its two 8-token halves on AVX2) add into the same
+// accumulator: every lane is summed at the end anyway.
+constexpr int kQuad = kParts == 1 ? 4 : 2;
+
+// A[r][kk] += W_r * code of channel kQuad h + kk, over one sub-block's words x.
 template <int kBits, int kRows, int h>
-HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT wb, VF (*A)[4][kParts]) {
+HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT wb, VF (*A)[kQuad][1]) {
   const DF df;
   const auto one = [&](auto kk_tag) {
     constexpr int kk = decltype(kk_tag)::value;
-    VF v[kParts];
-    for (int p = 0; p < kParts; ++p) v[p] = Code<kBits, 4 * h + kk>(table, x[p]);
-    for (int r = 0; r < kRows; ++r) {
-      for (int p = 0; p < kParts; ++p) A[r][kk][p] = hn::MulAdd(hn::Load(df, wb + r * kSub + p * kLanes), v[p], A[r][kk][p]);
+    for (int p = 0; p < kParts; ++p) {
+      const VF v = Code<kBits, kQuad * h + kk>(table, x[p]);
+      for (int r = 0; r < kRows; ++r) A[r][kk][0] = hn::MulAdd(hn::Load(df, wb + r * kSub + p * kLanes), v, A[r][kk][0]);
     }
   };
   one(std::integral_constant<int, 0>());
   one(std::integral_constant<int, 1>());
-  one(std::integral_constant<int, 2>());
-  one(std::integral_constant<int, 3>());
+  if constexpr (kQuad == 4) {
+    one(std::integral_constant<int, 2>());
+    one(std::integral_constant<int, 3>());
+  }
+}
+
+// dst[r * stride + kk] += the lane sum of A[r][kk].
+template <int kRows>
+HWY_INLINE void AddQuadSums(VF (*A)[kQuad][1], float* HWY_RESTRICT dst, size_t stride) {
+  if constexpr (kQuad == 4) {
+    AddLaneSums<kRows, 1>(A, dst, stride);
+  } else {
+    const DF df;
+    alignas(16) float sums[4];
+    int r = 0;
+    for (; r + 2 <= kRows; r += 2) {
+      SumOfLanes4(df, A[r][0][0], A[r][1][0], A[r + 1][0][0], A[r + 1][1][0], sums);
+      for (int e = 0; e < 4; ++e) dst[size_t(r + e / 2) * stride + e % 2] += sums[e];
+    }
+    for (; r < kRows; ++r) {
+      for (int kk = 0; kk < kQuad; ++kk) dst[size_t(r) * stride + kk] += hn::GetLane(hn::SumOfLanes(df, A[r][kk][0]));
+    }
+  }
 }
 
 template <int kBits, int kRows, int h>
@@ -213,11 +253,9 @@ HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, siz
   constexpr int C = 32 / kBits;
   const DF df;
   const DU du;
-  VF A[kRows][4][kParts];
+  VF A[kRows][kQuad][1];
   for (int r = 0; r < kRows; ++r) {
-    for (int kk = 0; kk < 4; ++kk) {
-      for (int p = 0; p < kParts; ++p) A[r][kk][p] = hn::Zero(df);
-    }
+    for (int kk = 0; kk < kQuad; ++kk) A[r][kk][0] = hn::Zero(df);
   }
   for (int bi = 0; bi < nb; ++bi) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(run + size_t(bi) * bb) + size_t(ch) * kSub;
@@ -225,7 +263,7 @@ HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, siz
     for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + p * kLanes);
     AccumulateQuad<kBits, kRows, h>(table, x, W + size_t(bi) * kRows * kSub, A);
   }
-  AddLaneSums<kRows, kParts>(A, acc + size_t(ch) * C + 4 * h, acc_stride);
+  AddQuadSums<kRows>(A, acc + size_t(ch) * C + kQuad * h, acc_stride);
 }
 
 template <int kBits, int kRows, size_t... H>
@@ -262,7 +300,7 @@ void ValueAccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks,
         if (first >= i0 && first + kSub <= i1) {  // the whole sub-block is in range
           for (int p = 0; p < kParts; ++p) {
             VF s, z;
-            LoadPairs(reinterpret_cast<const hwy::float16_t*>(sz), p * kLanes, &s, &z);
+            LoadPairs(df, reinterpret_cast<const hwy::float16_t*>(sz), p * kLanes, &s, &z);
             for (int r = 0; r < kRows; ++r) {
               const VF wv = hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p * kLanes);
               hn::Store(hn::Mul(wv, s), df, wb + r * kSub + p * kLanes);
@@ -284,7 +322,7 @@ void ValueAccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks,
       }
       for (int r = 0; r < kRows; ++r) acc[size_t(r) * acc_stride + size_t(d + g)] += hn::GetLane(hn::SumOfLanes(df, zsum[r]));
       for (int ch = g * (G / C); ch < (g + 1) * (G / C); ++ch) {
-        AccumulateChunk<kBits, kRows>(table, run, bb, nb, ch, W, acc, acc_stride, std::make_index_sequence<C / 4>());
+        AccumulateChunk<kBits, kRows>(table, run, bb, nb, ch, W, acc, acc_stride, std::make_index_sequence<C / kQuad>());
       }
     }
   }
