@@ -132,6 +132,27 @@ HWY_INLINE void AddLaneSums(hn::Vec<hn::ScalableTag<float>> (*A)[4][kParts], flo
 }
 
 
+// dst[r * stride + kk] += the lane sum of A[r][kk][0], for kQuad = 4 (AddLaneSums) or 2
+// channels: the lane codecs (tokens in the lanes) reduce their per-channel accumulators so.
+template <int kRows, int kQuad>
+HWY_INLINE void AddQuadLaneSums(hn::Vec<hn::ScalableTag<float>> (*A)[kQuad][1], float* HWY_RESTRICT dst, size_t stride) {
+  static_assert(kQuad == 2 || kQuad == 4, "two or four channels");
+  if constexpr (kQuad == 4) {
+    AddLaneSums<kRows, 1>(A, dst, stride);
+  } else {
+    const hn::ScalableTag<float> df;
+    alignas(16) float sums[4];
+    int r = 0;
+    for (; r + 2 <= kRows; r += 2) {
+      SumOfLanes4(df, A[r][0][0], A[r][1][0], A[r + 1][0][0], A[r + 1][1][0], sums);
+      for (int e = 0; e < 4; ++e) dst[size_t(r + e / 2) * stride + e % 2] += sums[e];
+    }
+    for (; r < kRows; ++r) {
+      for (int kk = 0; kk < kQuad; ++kk) dst[size_t(r) * stride + kk] += hn::GetLane(hn::SumOfLanes(df, A[r][kk][0]));
+    }
+  }
+}
+
 template <class L, int kRows, int kTok>
 HWY_INLINE void ScoresTile(const float* HWY_RESTRICT q, size_t q_stride, const uint8_t* HWY_RESTRICT tok,
                            size_t tok_bytes, int d, int full_groups, float* HWY_RESTRICT out,

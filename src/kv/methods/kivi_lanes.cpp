@@ -228,25 +228,6 @@ HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT 
   }
 }
 
-// dst[r * stride + kk] += the lane sum of A[r][kk].
-template <int kRows>
-HWY_INLINE void AddQuadSums(VF (*A)[kQuad][1], float* HWY_RESTRICT dst, size_t stride) {
-  if constexpr (kQuad == 4) {
-    AddLaneSums<kRows, 1>(A, dst, stride);
-  } else {
-    const DF df;
-    alignas(16) float sums[4];
-    int r = 0;
-    for (; r + 2 <= kRows; r += 2) {
-      SumOfLanes4(df, A[r][0][0], A[r][1][0], A[r + 1][0][0], A[r + 1][1][0], sums);
-      for (int e = 0; e < 4; ++e) dst[size_t(r + e / 2) * stride + e % 2] += sums[e];
-    }
-    for (; r < kRows; ++r) {
-      for (int kk = 0; kk < kQuad; ++kk) dst[size_t(r) * stride + kk] += hn::GetLane(hn::SumOfLanes(df, A[r][kk][0]));
-    }
-  }
-}
-
 template <int kBits, int kRows, int h>
 HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int ch,
                                   const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
@@ -263,7 +244,7 @@ HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, siz
     for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + p * kLanes);
     AccumulateQuad<kBits, kRows, h>(table, x, W + size_t(bi) * kRows * kSub, A);
   }
-  AddQuadSums<kRows>(A, acc + size_t(ch) * C + kQuad * h, acc_stride);
+  AddQuadLaneSums<kRows, kQuad>(A, acc + size_t(ch) * C + kQuad * h, acc_stride);
 }
 
 template <int kBits, int kRows, size_t... H>
