@@ -230,8 +230,12 @@ HWY_INLINE void AccumulateQuad(VF table, const VU* x, const float* HWY_RESTRICT 
 
 template <int kBits, int kRows, int h>
 HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int ch,
-                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
+                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride,
+                                  const uint8_t* next, size_t share, size_t next_bytes) {
   constexpr int C = 32 / kBits;
+  // This pass's share of the next run's bytes (see ValueAccumulateRows).
+  const size_t p0 = size_t(ch * (C / kQuad) + h) * share;
+  if (p0 < next_bytes) PrefetchBytes(next + p0, std::min(share, next_bytes - p0));
   const DF df;
   const DU du;
   VF A[kRows][kQuad][1];
@@ -249,8 +253,9 @@ HWY_INLINE void AccumulateQuadRun(VF table, const uint8_t* HWY_RESTRICT run, siz
 
 template <int kBits, int kRows, size_t... H>
 HWY_INLINE void AccumulateChunk(VF table, const uint8_t* run, size_t bb, int nb, int ch, const float* W, float* acc,
-                                size_t acc_stride, std::index_sequence<H...>) {
-  (AccumulateQuadRun<kBits, kRows, int(H)>(table, run, bb, nb, ch, W, acc, acc_stride), ...);
+                                size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
+                                std::index_sequence<H...>) {
+  (AccumulateQuadRun<kBits, kRows, int(H)>(table, run, bb, nb, ch, W, acc, acc_stride, next, share, next_bytes), ...);
 }
 
 // acc rows ([d channel sums | d/G zero sums]) += sum over run tokens [i0, i1) of w * v.
@@ -266,10 +271,12 @@ void ValueAccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks,
   for (int64_t b0 = i0 / kSub; b0 * kSub < i1; b0 += kBatch) {
     const int nb = int(std::min<int64_t>(kBatch, (i1 + kSub - 1) / kSub - b0));
     const uint8_t* run = blocks + size_t(b0) * bb;
-    // This run's blocks now, and the next run's first blocks, whose latency then overlaps this
-    // run's arithmetic.
-    for (int bi = 0; bi < nb; ++bi) PrefetchBytes(run + size_t(bi) * bb, bb);
-    if (b0 + kBatch < (i1 + kSub - 1) / kSub) PrefetchBytes(run + size_t(kBatch) * bb, 4 * bb);
+    // The bytes after this run (the next run, or the start of the caller's next call) are asked
+    // for while this run is computed, a share with each pass over the blocks: a burst of a whole
+    // run's prefetches fills the line-fill buffers and stalls. Prefetches never fault.
+    const size_t next_bytes = size_t(nb) * bb, passes = size_t(d / kQuad);
+    const size_t share = (next_bytes + passes - 1) / passes;
+    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
     for (int g = 0; g < n_g; ++g) {
       // W[bi][r][t] = w_r(token) * scale_g(token), zero outside [i0, i1); the zeros' share apart.
       VF zsum[kRows];
@@ -303,7 +310,8 @@ void ValueAccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks,
       }
       for (int r = 0; r < kRows; ++r) acc[size_t(r) * acc_stride + size_t(d + g)] += hn::GetLane(hn::SumOfLanes(df, zsum[r]));
       for (int ch = g * (G / C); ch < (g + 1) * (G / C); ++ch) {
-        AccumulateChunk<kBits, kRows>(table, run, bb, nb, ch, W, acc, acc_stride, std::make_index_sequence<C / kQuad>());
+        AccumulateChunk<kBits, kRows>(table, run, bb, nb, ch, W, acc, acc_stride, run + next_bytes, share, next_bytes,
+                                      std::make_index_sequence<C / kQuad>());
       }
     }
   }
