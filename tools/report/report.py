@@ -178,7 +178,14 @@ def table(header, rows):
 def stamp_line(stamp):
     duration = stamp.get("duration_s", "?")
     duration = "%s s" % duration if isinstance(duration, (int, float)) else str(duration)
-    return "`%s` — %s, commit `%s`, %s" % (stamp["command"], stamp["date"], stamp["commit"][:12], duration)
+    line = "`%s` — %s, commit `%s`, %s" % (stamp["command"], stamp["date"], stamp["commit"][:12], duration)
+    # Sections are rerun on whatever machine a session has: each names its CPU.
+    mc = stamp.get("machine")
+    if isinstance(mc, dict) and mc.get("cpu"):
+        line += ", %s (%s cores)" % (mc["cpu"], mc.get("cores", "?"))
+    elif isinstance(mc, str) and mc:
+        line += ", " + mc
+    return line
 
 
 def commands(runs):
