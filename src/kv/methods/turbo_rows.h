@@ -154,8 +154,7 @@ class RowBlockCodec : public Base {
   Rows rows_;
 };
 
-// Scores and accumulation through float tiles decoded in L1 (decode_tiles.h): the path of rows
-// that turbo_lanes.h's layout does not take (head dims not a multiple of 32, codes over 4 bits).
+// Scores and accumulation through float tiles decoded in L1 (decode_tiles.h).
 template <typename Rows>
 class RowKeyCodec final : public RowBlockCodec<KeyCodec, Rows> {
  public:
