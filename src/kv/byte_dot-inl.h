@@ -1,10 +1,11 @@
 // Exact dot products of unsigned and signed bytes, four per 32-bit lane:
 //   DotBytes(acc, u, s)[i] = acc[i] + sum over k < 4 of u.byte[4i+k] * s.byte[4i+k]
 // with u read as unsigned and s as signed bytes. One VNNI instruction (vpdpbusd) where the CPU
-// inside its own HWY_BEFORE_NAMESPACE / HWY_AFTER_NAMESPACE, as this file does), two multiply-adds and an add on AVX2/AVX-512 without it, shifts and 32-bit multiplies
-// elsewhere. Every form is exact integer arithmetic (the 16-bit pair sums of the AVX2 form are
-// at most 2 * 255 * 128 in magnitude only when u exceeds 127, which the callers never pass: their
-// u bytes are codes below 16), so all targets give the same result.
+// has it (files that call DotBytes include byte_dot_target.h inside their own
+// HWY_BEFORE_NAMESPACE / HWY_AFTER_NAMESPACE, as this file does), two multiply-adds and an add on
+// AVX2/AVX-512 without it, shifts and 32-bit multiplies elsewhere. Every form is exact integer
+// arithmetic (the 16-bit pair sums of the AVX2 form could saturate only for u above 127, which
+// the callers never pass: their u bytes are codes below 16), so all targets give the same result.
 #if defined(VQ_KV_BYTE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef VQ_KV_BYTE_DOT_INL_H_
 #undef VQ_KV_BYTE_DOT_INL_H_
@@ -63,6 +64,51 @@ HWY_INLINE hn::Vec<DI> DotBytesWord(DI di, hn::Vec<DI> acc, hn::Vec<DI> u, const
   return hn::Vec<DI>{r};
 #else
   return DotBytes(di, acc, u, hn::Set(di, *s32));
+#endif
+}
+
+// Short pair sums. AVX2 and AVX-512 without VNNI multiply bytes into 16-bit pair sums and need a
+// second multiply (vpmaddwd) to widen them to 32 bits; that widening is half of DotBytes' work on
+// their two multiply ports. DotBytesShort adds the pair sums in 16 bits instead, and
+// WidenShortSums turns them into DotBytes' 32-bit lane sums once for several products. The
+// caller keeps every 16-bit sum below 2^15 in magnitude: with u below 16 and s a signed byte a
+// pair sum is at most 2 * 15 * 128 = 3840, so eight products may share one widening. Where bytes
+// multiply straight into 32 bits (VNNI) or DotBytes is emulated, the short sums are DotBytes'
+// sums and widening is the identity. Either way the result is exact and the same on all targets.
+constexpr bool kShortPairSums = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3;
+constexpr int kMaxShortProducts = 8;  // 8 * 3840 < 2^15
+
+// The empty asm ends each addition's chain for the compiler: GCC would otherwise reassociate the
+// 16-bit additions (integer addition is associative) into trees whose products are all computed
+// first and live at once, spilling the sums out of AVX2's 16 registers. It emits no code.
+template <class DI>
+HWY_INLINE hn::Vec<DI> DotBytesShortWord(DI di, hn::Vec<DI> acc, hn::Vec<DI> u, const int32_t* s32) {
+#if HWY_TARGET == HWY_AVX3
+  (void)di;
+  __m512i sum = _mm512_add_epi16(acc.raw, _mm512_maddubs_epi16(u.raw, _mm512_set1_epi32(*s32)));
+  __asm__("" : "+v"(sum));
+  return hn::Vec<DI>{sum};
+#elif HWY_TARGET == HWY_AVX2
+  (void)di;
+  __m256i sum = _mm256_add_epi16(acc.raw, _mm256_maddubs_epi16(u.raw, _mm256_set1_epi32(*s32)));
+  __asm__("" : "+v"(sum));
+  return hn::Vec<DI>{sum};
+#else
+  return DotBytesWord(di, acc, u, s32);
+#endif
+}
+
+template <class DI>
+HWY_INLINE hn::Vec<DI> WidenShortSums(DI di, hn::Vec<DI> acc) {
+#if HWY_TARGET == HWY_AVX3
+  (void)di;
+  return hn::Vec<DI>{_mm512_madd_epi16(acc.raw, _mm512_set1_epi16(1))};
+#elif HWY_TARGET == HWY_AVX2
+  (void)di;
+  return hn::Vec<DI>{_mm256_madd_epi16(acc.raw, _mm256_set1_epi16(1))};
+#else
+  (void)di;
+  return acc;
 #endif
 }
 

@@ -40,6 +40,26 @@ HWY_INLINE void PrefetchBytes(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) hwy::Prefetch(p + o);
 }
 
+// Asks for `bytes` from `p` spread evenly over `steps` calls of Step(), whole cache lines at a
+// time, for kernels that stream a run while the next one is fetched: a burst of a whole run's
+// prefetches would fill the line-fill buffers and stall the loads in flight.
+class SpreadPrefetch {
+ public:
+  SpreadPrefetch(const uint8_t* p, size_t bytes, size_t steps)
+      : at_(p), end_(p + bytes), step_(((bytes + steps - 1) / std::max<size_t>(steps, 1) + 63) / 64 * 64) {}
+  HWY_INLINE void Step() {
+    if (at_ < end_) {
+      PrefetchBytes(at_, step_);
+      at_ += step_;
+    }
+  }
+
+ private:
+  const uint8_t* at_;
+  const uint8_t* end_;
+  size_t step_;
+};
+
 #if HWY_TARGET == HWY_SCALAR
 constexpr int kScoreTokens = 1;
 #else

@@ -14,6 +14,11 @@
 // decode-then-dot within the bound that implies, and the scores exactly against the held query.
 // This is a deliberate deviation from float arithmetic (llama.cpp's quantized-cache dot products
 // hold the query at 8 bits); it halves the work per token.
+//
+// Without VNNI (AVX2, AVX-512F) a byte dot product is a multiply to 16-bit pair sums and a second
+// multiply to widen them; the kernels add up to eight products' pair sums in 16 bits before one
+// widening (byte_dot-inl.h), and work on as many query rows, parts of a block (scores) or columns
+// of channels (values) at a time as keep their sums within AVX2's 16 registers.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // byte dot products (VNNI) where the CPU has them
 #endif
@@ -48,53 +53,53 @@ static_assert(q4::kBlockTokens % kLanes == 0, "16 tokens must be whole vectors")
 // Scores are exact integer dot products of the 4-bit codes with the query held in 16-bit fixed
 // point per group of 32 channels (q4_layout.h, QueryState): per chunk, the codes of even and of
 // odd channels are masked out as bytes, each 32-bit lane one token, and multiplied by the
-// matching query bytes with DotBytes, once per query byte plane. Per group, the two planes'
-// integer sums are joined (high * 256 + low: exact below 2^24), turned to float once, scaled by
-// the query's group scale, offset by -8 * (the group's query sum), and weighted by the tokens'
-// fp16 scales.
-// One group's kChunks chunks (4, or fewer in a ragged last group) of the 16 tokens, added to acc.
-// A compile-time trip count lets the chunk loop unroll with the sums fixed in registers.
-template <int kRows, int kChunks>
-HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_t* HWY_RESTRICT words,
-                           const hwy::float16_t* HWY_RESTRICT scales, int C, int g, VF (*acc)[kParts]) {
-  const DF df;
+// matching query bytes, once per query byte plane. A group's products (two per chunk and plane,
+// eight at most) are added as short pair sums (byte_dot-inl.h) and widened once. Per group, the
+// two planes' integer sums are joined (high * 256 + low: exact below 2^24) and turned to float
+// once.
+
+// Query rows per pass over a block: two on AVX2, whose 16 registers hold two rows' sums for both
+// parts of the block (each query broadcast then serves two products); four with 16 lanes.
+constexpr int kScoreRowsPerPass = kParts >= 2 ? 2 : 4;
+
+// One group's kChunks chunks (4, or fewer in a ragged last group) of the block for kR query rows:
+// the joined integer sums per row, stored at joined[r] (16 tokens). A compile-time trip count lets
+// the chunk loop unroll with the sums fixed in registers; the float arithmetic is left to a second
+// pass (ScoreBlock) to keep them there.
+template <int kR, int kChunks>
+HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_t* HWY_RESTRICT words, int g,
+                           int32_t (*HWY_RESTRICT joined)[q4::kBlockTokens]) {
+  static_assert(2 * kChunks <= kMaxShortProducts, "a group's products per plane must fit the short sums");
   const DU du;
   const DI di;
-  const hn::Rebind<hwy::float16_t, DF> dh;
   const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
-  // Sums per row and byte plane (hi, lo): eight chains at four rows; the chains of successive
-  // blocks overlap out of order.
-  VI sum[kRows][2][kParts];
-  for (int r = 0; r < kRows; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      for (int p = 0; p < kParts; ++p) sum[r][k][p] = hn::Zero(di);
-    }
+  VI sum[kR][2][kParts];  // per row, byte plane (hi, lo) and part
+  for (int r = 0; r < kR; ++r) {
+    for (int p = 0; p < kParts; ++p) sum[r][0][p] = sum[r][1][p] = hn::Zero(di);
   }
   const int c0 = g * (q4::kGroup / q4::kChunk);
+  HWY_UNROLL(4)  // whole, so that the sums are registers rather than an array in memory
   for (int i = 0; i < kChunks; ++i) {
     const int c = c0 + i;
-    VI codes[2][kParts];  // even and odd channels' codes, one byte each
+    VI codes[2][kParts];  // even and odd channels' codes, a byte each
     for (int p = 0; p < kParts; ++p) {
       const VU x = hn::LoadU(du, words + c * q4::kBlockTokens + p * kLanes);
       codes[0][p] = hn::BitCast(di, hn::And(x, low_nibbles));
       codes[1][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
     }
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kR; ++r) {
       // hi even, hi odd, lo even, lo odd: bits kept in the float state array, read through a
       // may_alias type so that each becomes one broadcast load
       const AliasedI32* w = reinterpret_cast<const AliasedI32*>(q + size_t(r) * qs + q4::QueryState::chunk_word(c, 0));
       for (int k = 0; k < 4; ++k) {
-        for (int p = 0; p < kParts; ++p) sum[r][k / 2][p] = DotBytesWord(di, sum[r][k / 2][p], codes[k % 2][p], w + k);
+        for (int p = 0; p < kParts; ++p) sum[r][k / 2][p] = DotBytesShortWord(di, sum[r][k / 2][p], codes[k % 2][p], w + k);
       }
     }
   }
-  for (int p = 0; p < kParts; ++p) {
-    const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + g * q4::kBlockTokens + p * kLanes));
-    for (int r = 0; r < kRows; ++r) {
-      const float* f = q + size_t(r) * qs + q4::QueryState::group_word(C, g);
-      const VI joined = hn::Add(hn::ShiftLeft<8>(sum[r][0][p]), sum[r][1][p]);  // exact: |joined| < 2^24
-      const VF part = hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, f[0]), hn::Set(df, f[1]));
-      acc[r][p] = hn::MulAdd(s, part, acc[r][p]);
+  for (int r = 0; r < kR; ++r) {
+    for (int p = 0; p < kParts; ++p) {  // exact: |joined| < 2^24
+      const VI j = hn::Add(hn::ShiftLeft<8>(WidenShortSums(di, sum[r][0][p])), WidenShortSums(di, sum[r][1][p]));
+      hn::Store(j, di, joined[r] + p * kLanes);
     }
   }
 }
@@ -103,24 +108,41 @@ template <int kRows>
 HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, size_t qs, const uint8_t* HWY_RESTRICT blk, int d,
                            float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
-  const int C = q4::n_chunks(d);
+  const DI di;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int C = q4::n_chunks(d), G = q4::n_groups(d);
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
   const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk + q4::codes_bytes(d));
-  VF acc[kRows][kParts];
-  for (int r = 0; r < kRows; ++r) {
-    for (int p = 0; p < kParts; ++p) acc[r][p] = hn::Zero(df);
-  }
   constexpr int kPerGroup = q4::kGroup / q4::kChunk;
+  constexpr int kR = kRows < kScoreRowsPerPass ? kRows : kScoreRowsPerPass;
+  static_assert(kRows % kR == 0, "whole passes");
   const int full = C / kPerGroup;
-  for (int g = 0; g < full; ++g) ScoreGroup<kRows, kPerGroup>(q, qs, words, scales, C, g, acc);
-  switch (C % kPerGroup) {
-    case 1: ScoreGroup<kRows, 1>(q, qs, words, scales, C, full, acc); break;
-    case 2: ScoreGroup<kRows, 2>(q, qs, words, scales, C, full, acc); break;
-    case 3: ScoreGroup<kRows, 3>(q, qs, words, scales, C, full, acc); break;
-    default: break;
+  alignas(64) int32_t joined[q4::kMaxGroups][kRows][q4::kBlockTokens];
+  for (int r0 = 0; r0 < kRows; r0 += kR) {
+    const float* qr = q + size_t(r0) * qs;
+    for (int g = 0; g < full; ++g) ScoreGroup<kR, kPerGroup>(qr, qs, words, g, joined[g] + r0);
+    switch (C % kPerGroup) {
+      case 1: ScoreGroup<kR, 1>(qr, qs, words, full, joined[full] + r0); break;
+      case 2: ScoreGroup<kR, 2>(qr, qs, words, full, joined[full] + r0); break;
+      case 3: ScoreGroup<kR, 3>(qr, qs, words, full, joined[full] + r0); break;
+      default: break;
+    }
   }
-  for (int r = 0; r < kRows; ++r) {
-    for (int p = 0; p < kParts; ++p) hn::StoreU(acc[r][p], df, out + size_t(r) * out_stride + p * kLanes);
+  // Per group: scaled by the query's group scale, offset by -8 * (the group's query sum), and
+  // weighted by the tokens' fp16 scales.
+  for (int p = 0; p < kParts; ++p) {
+    VF acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = hn::Zero(df);
+    for (int g = 0; g < G; ++g) {
+      const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + g * q4::kBlockTokens + p * kLanes));
+      for (int r = 0; r < kRows; ++r) {
+        const float* f = q + size_t(r) * qs + q4::QueryState::group_word(C, g);
+        const VF part = hn::MulAdd(hn::ConvertTo(df, hn::Load(di, joined[g][r] + p * kLanes)), hn::Set(df, f[0]),
+                                   hn::Set(df, f[1]));
+        acc[r] = hn::MulAdd(s, part, acc[r]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r) hn::StoreU(acc[r], df, out + size_t(r) * out_stride + p * kLanes);
   }
 }
 
@@ -224,22 +246,36 @@ HWY_INLINE void NormalizeRunWeights(const float* w, size_t w_stride, int64_t i0,
   }
 }
 
-// Stores the byte planes of T (|T| <= 32512): lo = T's low byte, hi = low byte of (T + 128) >> 8.
-HWY_INLINE void StorePlanes(VI T, int8_t* HWY_RESTRICT lo, int8_t* HWY_RESTRICT hi) {
+// Stores the byte planes of one block's 16 values of T (|T| <= 32512), in kParts vectors, as
+// 32 bytes [lo | hi]: lo = T's low byte, hi = low byte of (T + 128) >> 8.
+HWY_INLINE void StoreBlockPlanes(const VI* T, int8_t* HWY_RESTRICT planes) {
   const DI di;
-  const VI H = hn::ShiftRight<8>(hn::Add(T, hn::Set(di, 128)));
 #if HWY_TARGET == HWY_AVX3_DL
   // One byte permute gathers byte 0 of each lane of T, then of H, into 32 bytes [lo | hi].
+  const VI H = hn::ShiftRight<8>(hn::Add(T[0], hn::Set(di, 128)));
   alignas(64) static constexpr uint8_t kIdx[64] = {0,  4,  8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
                                                    64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 124};
-  const __m512i both = _mm512_permutex2var_epi8(T.raw, _mm512_load_si512(kIdx), H.raw);
-  (void)hi;  // hi == lo + 16 here (RunWeights' layout)
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_castsi512_si256(both));
+  const __m512i both = _mm512_permutex2var_epi8(T[0].raw, _mm512_load_si512(kIdx), H.raw);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes), _mm512_castsi512_si256(both));
+#elif HWY_TARGET == HWY_AVX2
+  // Saturating packs (exact: |lo|, |hi| <= 128) to words, then bytes, give per 128-bit half
+  // [lo of tokens 0-3, 8-11 | hi 0-3, 8-11] and the same for tokens 4-7, 12-15; one dword
+  // permute puts the four-token groups in order.
+  const __m256i h0 = _mm256_srai_epi32(_mm256_add_epi32(T[0].raw, _mm256_set1_epi32(128)), 8);
+  const __m256i h1 = _mm256_srai_epi32(_mm256_add_epi32(T[1].raw, _mm256_set1_epi32(128)), 8);
+  const __m256i l0 = _mm256_sub_epi32(T[0].raw, _mm256_slli_epi32(h0, 8));
+  const __m256i l1 = _mm256_sub_epi32(T[1].raw, _mm256_slli_epi32(h1, 8));
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(l0, l1), _mm256_packs_epi32(h0, h1));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes), _mm256_permutevar8x32_epi32(bytes, order));
 #else
   const hn::Rebind<int8_t, DI> d8;
-  const VI L = hn::Sub(T, hn::ShiftLeft<8>(H));
-  hn::StoreU(hn::DemoteTo(d8, L), d8, lo);
-  hn::StoreU(hn::DemoteTo(d8, H), d8, hi);
+  for (int p = 0; p < kParts; ++p) {
+    const VI H = hn::ShiftRight<8>(hn::Add(T[p], hn::Set(di, 128)));
+    const VI L = hn::Sub(T[p], hn::ShiftLeft<8>(H));
+    hn::StoreU(hn::DemoteTo(d8, L), d8, planes + p * kLanes);
+    hn::StoreU(hn::DemoteTo(d8, H), d8, planes + q4::kBlockTokens + p * kLanes);
+  }
 #endif
 }
 
@@ -262,18 +298,24 @@ HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWei
   for (int bi = 0; bi < nb; ++bi) {
     const hwy::float16_t* sc =
         reinterpret_cast<const hwy::float16_t*>(run + size_t(bi) * bb + q4::values::scale_offset(d, g, 0));
-    for (int p = 0; p < kParts; ++p) {
-      const VF sn = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, sc + p * kLanes)), s_inv);
-      for (int r = 0; r < kRows; ++r) {
-        // |wn * sn| <= 32512 up to rounding, far inside the conversion's range
+    VF sn[kParts];
+    for (int p = 0; p < kParts; ++p) sn[p] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, sc + p * kLanes)), s_inv);
+    for (int r = 0; r < kRows; ++r) {
+      VI T[kParts];
+      for (int p = 0; p < kParts; ++p) {
+        // |wn * sn| <= 32512 up to rounding, far inside the conversion's range, so the raw
+        // conversion (round to nearest even, as NearestInt) needs none of NearestInt's fixups
+        const VF x = hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn[p]);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-        const VI T{_mm512_cvtps_epi32(hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn).raw)};
+        T[p] = VI{_mm512_cvtps_epi32(x.raw)};
+#elif HWY_TARGET == HWY_AVX2
+        T[p] = VI{_mm256_cvtps_epi32(x.raw)};
 #else
-        const VI T = hn::NearestInt(hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn));
+        T[p] = hn::NearestInt(x);
 #endif
-        StorePlanes(T, &out->planes[bi][r][0][p * kLanes], &out->planes[bi][r][1][p * kLanes]);
-        held[r] = hn::Add(held[r], T);
+        held[r] = hn::Add(held[r], T[p]);
       }
+      StoreBlockPlanes(T, out->planes[bi][r][0]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -283,64 +325,74 @@ HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWei
   }
 }
 
-// The run's contribution to the kNcc 16-channel chunks of one group from cc0: per half-block,
-// the codes of each channel's tokens 0..3 and 4..7 become bytes (one mask, one shift), then each
-// row's four weight words (two tokens sets x two planes) are broadcast once and used for every
-// chunk. Sums per row, plane and chunk: 16 independent chains at four rows and two chunks.
-template <int kRows, int kNcc>
-HWY_INLINE void AccumulateGroup(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int cc0,
-                                const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
-                                const uint8_t* next, size_t next_bytes, int g, int G) {
-  // This group's share of the next run's bytes, spread over its blocks.
-  const size_t share = (next_bytes + size_t(G) - 1) / size_t(G), begin = size_t(g) * share;
-  const size_t end = std::min(next_bytes, begin + share), per_block = (share + size_t(nb) - 1) / size_t(nb);
-  const DF df;
+// Blocks whose products share one widening of the short sums (byte_dot-inl.h): a half-block adds
+// two products per row and plane to a lane (tokens 0..3 and 4..7), so two blocks make eight.
+constexpr int kShortBlocks = kShortPairSums ? kMaxShortProducts / 4 : kRunBlocks;
+
+// Adds the products of blocks b0..b0+kBlocks-1 for one column of value lanes to the short sums
+// per row and plane (hi, lo): per half-block, the codes of each channel's tokens 0..3 and 4..7 become
+// bytes (one mask, one shift) and take each row's four weight words (two token sets x two
+// planes) as broadcasts. Each block also takes a step of the prefetch.
+template <int kRows, int kBlocks>
+HWY_INLINE void ColumnProducts(const uint8_t* HWY_RESTRICT run, size_t bb, size_t column, const RunWeights<kRows>& W,
+                               int b0, SpreadPrefetch& prefetch, VI (*sum)[2]) {
   const DU du;
   const DI di;
   const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
-  VI sum[kRows][2][kNcc][kParts];
-  for (int r = 0; r < kRows; ++r) {
-    for (int e = 0; e < 2; ++e) {
-      for (int k = 0; k < kNcc; ++k) {
-        for (int p = 0; p < kParts; ++p) sum[r][e][k][p] = hn::Zero(di);
-      }
-    }
-  }
-  for (int bi = 0; bi < nb; ++bi) {
-    const size_t p0 = begin + size_t(bi) * per_block;
-    if (p0 < end) PrefetchBytes(next + p0, std::min(per_block, end - p0));
-    const uint8_t* blk = run + size_t(bi) * bb + size_t(cc0) * 128;
+  HWY_UNROLL(2)  // whole (kBlocks is 1 or 2), so that the sums are registers rather than memory
+  for (int i = 0; i < kBlocks; ++i) {
+    const int bi = b0 + i;
+    prefetch.Step();
+    const uint8_t* col = run + size_t(bi) * bb + column;
+    const int8_t* planes = W.planes[bi][0][0];  // one base: the rows' words are constant offsets
     for (int h = 0; h < 2; ++h) {
-      VI first4[kNcc][kParts], last4[kNcc][kParts];  // tokens 8h..8h+3 and 8h+4..8h+7
-      for (int k = 0; k < kNcc; ++k) {
-        for (int p = 0; p < kParts; ++p) {
-          const VU x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(blk + k * 128 + h * 64) + p * kLanes);
-          first4[k][p] = hn::BitCast(di, hn::And(x, low_nibbles));
-          last4[k][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
-        }
-      }
+      const VU x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(col + h * 64));
+      const VI first4 = hn::BitCast(di, hn::And(x, low_nibbles));  // tokens 8h..8h+3
+      const VI last4 = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));  // 8h+4..8h+7
       for (int r = 0; r < kRows; ++r) {
-        const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][0][8 * h]);
-        const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(&W.planes[bi][r][1][8 * h]);
-        for (int k = 0; k < kNcc; ++k) {
-          for (int p = 0; p < kParts; ++p) {
-            sum[r][0][k][p] = DotBytesWord(di, DotBytesWord(di, sum[r][0][k][p], first4[k][p], hi), last4[k][p], hi + 1);
-            sum[r][1][k][p] = DotBytesWord(di, DotBytesWord(di, sum[r][1][k][p], first4[k][p], lo), last4[k][p], lo + 1);
-          }
-        }
+        const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 0) * q4::kBlockTokens + 8 * h);
+        const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 1) * q4::kBlockTokens + 8 * h);
+        sum[r][0] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][0], first4, hi), last4, hi + 1);
+        sum[r][1] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][1], first4, lo), last4, lo + 1);
       }
     }
   }
-  for (int r = 0; r < kRows; ++r) {
-    const VF factor = hn::Set(df, W.factor[r]), offset = hn::Set(df, W.offset[r]);
-    for (int k = 0; k < kNcc; ++k) {
-      for (int p = 0; p < kParts; ++p) {
-        // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
-        const VI joined = hn::Add(hn::ShiftLeft<8>(sum[r][0][k][p]), sum[r][1][k][p]);
-        float* a = acc + size_t(r) * acc_stride + size_t(cc0 + k) * q4::values::kChunk + p * kLanes;
-        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), factor, hn::Add(hn::LoadU(df, a), offset)), df, a);
+}
+
+// The run's contribution to one column of value lanes: kLanes channels from byte `column` of
+// every block's two half-rows, stored at acc_column of each row. One column at a time keeps the
+// short sums (per row and plane) in registers on AVX2; the 32-bit sums of a run stay in memory,
+// touched once per widening.
+template <int kRows>
+HWY_INLINE void AccumulateColumn(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, size_t column,
+                                 const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
+                                 size_t acc_column, SpreadPrefetch& prefetch) {
+  const DF df;
+  const DI di;
+  alignas(64) int32_t run_sums[kRows][2][kLanes] = {};  // per row and plane (hi, lo)
+  for (int b0 = 0; b0 < nb;) {
+    // kShortBlocks at a time (a compile-time count keeps the sums in registers), one at the end
+    const int n = b0 + kShortBlocks <= nb ? kShortBlocks : 1;
+    VI sum[kRows][2];
+    for (int r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = hn::Zero(di);
+    if (n == kShortBlocks && kShortPairSums) {
+      ColumnProducts<kRows, kShortBlocks>(run, bb, column, W, b0, prefetch, sum);
+    } else {
+      for (int bi = b0; bi < b0 + n; ++bi) ColumnProducts<kRows, 1>(run, bb, column, W, bi, prefetch, sum);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      for (int e = 0; e < 2; ++e) {
+        hn::Store(hn::Add(hn::Load(di, run_sums[r][e]), WidenShortSums(di, sum[r][e])), di, run_sums[r][e]);
       }
     }
+    b0 += n;
+  }
+  for (int r = 0; r < kRows; ++r) {
+    // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
+    const VI joined = hn::Add(hn::ShiftLeft<8>(hn::Load(di, run_sums[r][0])), hn::Load(di, run_sums[r][1]));
+    float* a = acc + size_t(r) * acc_stride + acc_column;
+    hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, W.factor[r]), hn::Add(hn::LoadU(df, a), hn::Set(df, W.offset[r]))),
+               df, a);
   }
 }
 
@@ -360,18 +412,21 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int6
     const int nb = int(std::min<int64_t>(kRunBlocks, (i1 + B - 1) / B - b0));
     const uint8_t* run = blocks + size_t(b0) * bb;
     // The bytes after this run (the next run, or the start of the caller's next call: attention
-    // asks for one run at a time) are asked for while this run is computed, a share with each
-    // group and block; a burst of a whole run's prefetches would fill the line-fill buffers and
-    // stall. A prefetch past the end of the cache's memory is harmless: prefetches never fault.
+    // asks for one run at a time) are asked for while this run is computed, a step with each
+    // block of each column pass; a burst of a whole run's prefetches would fill the line-fill
+    // buffers and stall. A prefetch past the end of the cache's memory is harmless: prefetches
+    // never fault.
     const size_t next_bytes = size_t(nb) * bb;
+    SpreadPrefetch prefetch(run + next_bytes, next_bytes, size_t(VC * kParts) * size_t(nb));
     NormalizeRunWeights<kRows>(w, w_stride, i0, i1, b0, nb, &W);
     for (int g = 0; g < G; ++g) {
       StageRunWeights<kRows>(run, nb, d, g, &W);
-      const int cc0 = 2 * g;
-      if (cc0 + 1 < VC) {
-        AccumulateGroup<kRows, 2>(run, bb, nb, cc0, W, acc, acc_stride, run + size_t(nb) * bb, next_bytes, g, G);
-      } else {
-        AccumulateGroup<kRows, 1>(run, bb, nb, cc0, W, acc, acc_stride, run + size_t(nb) * bb, next_bytes, g, G);
+      // One pass over the run per column of kLanes channels: 2 * kParts per group of 32 (fewer in
+      // a ragged last group).
+      for (int c = 0; c < 2 * kParts && 2 * g + c / kParts < VC; ++c) {
+        const int cc = 2 * g + c / kParts, p = c % kParts;
+        AccumulateColumn<kRows>(run, bb, nb, size_t(cc) * 128 + size_t(p) * kLanes * 4, W, acc, acc_stride,
+                                size_t(cc) * q4::values::kChunk + size_t(p) * kLanes, prefetch);
       }
     }
   }

@@ -24,6 +24,13 @@ TEST(Method_q4, FusedEqualsReference) { check_all_q4("q4", {36, 64, 80, 100, 128
 
 TEST(Method_q4, RotatedFusedEqualsReference) { check_all_q4("q4:rot=1", {64, 96, 128, 256}); }
 
+// The value kernel adds the products of two blocks in 16 bits before widening them; a run with an
+// odd number of blocks ends with one block on its own (80 tokens: 5 blocks, and 4 or 5 in the
+// sub-ranges check_all takes).
+TEST(Method_q4, OddBlockCounts) {
+  for (int d : {36, 128}) check_all("q4", {d}, 80, fixed_point_tol(d));
+}
+
 // The query state holds each q_j as scale * (256 hi_j + lo_j) within max|q_g| / 65024, and the
 // fused scores are exact dot products with that held query (to float rounding).
 TEST(Method_q4, ScoresAreExactForTheHeldQuery) {
