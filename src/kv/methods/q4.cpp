@@ -258,14 +258,13 @@ HWY_INLINE void StoreBlockPlanes(const VI* T, int8_t* HWY_RESTRICT planes) {
   const __m512i both = _mm512_permutex2var_epi8(T[0].raw, _mm512_load_si512(kIdx), H.raw);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes), _mm512_castsi512_si256(both));
 #elif HWY_TARGET == HWY_AVX2
-  // Saturating packs (exact: |lo|, |hi| <= 128) to words, then bytes, give per 128-bit half
-  // [lo of tokens 0-3, 8-11 | hi 0-3, 8-11] and the same for tokens 4-7, 12-15; one dword
+  // T packed to words (exact: |T| <= 32512), split there, and packed to bytes gives per 128-bit
+  // half [lo of tokens 0-3, 8-11 | hi 0-3, 8-11] and the same for tokens 4-7, 12-15; one dword
   // permute puts the four-token groups in order.
-  const __m256i h0 = _mm256_srai_epi32(_mm256_add_epi32(T[0].raw, _mm256_set1_epi32(128)), 8);
-  const __m256i h1 = _mm256_srai_epi32(_mm256_add_epi32(T[1].raw, _mm256_set1_epi32(128)), 8);
-  const __m256i l0 = _mm256_sub_epi32(T[0].raw, _mm256_slli_epi32(h0, 8));
-  const __m256i l1 = _mm256_sub_epi32(T[1].raw, _mm256_slli_epi32(h1, 8));
-  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(l0, l1), _mm256_packs_epi32(h0, h1));
+  const __m256i t = _mm256_packs_epi32(T[0].raw, T[1].raw);
+  const __m256i h = _mm256_srai_epi16(_mm256_add_epi16(t, _mm256_set1_epi16(128)), 8);
+  const __m256i l = _mm256_sub_epi16(t, _mm256_slli_epi16(h, 8));
+  const __m256i bytes = _mm256_packs_epi16(l, h);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(planes), _mm256_permutevar8x32_epi32(bytes, order));
 #else
@@ -329,13 +328,19 @@ HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWei
 // two products per row and plane to a lane (tokens 0..3 and 4..7), so two blocks make eight.
 constexpr int kShortBlocks = kShortPairSums ? kMaxShortProducts / 4 : kRunBlocks;
 
-// Adds the products of blocks b0..b0+kBlocks-1 for one column of value lanes to the short sums
-// per row and plane (hi, lo): per half-block, the codes of each channel's tokens 0..3 and 4..7 become
-// bytes (one mask, one shift) and take each row's four weight words (two token sets x two
-// planes) as broadcasts. Each block also takes a step of the prefetch.
-template <int kRows, int kBlocks>
-HWY_INLINE void ColumnProducts(const uint8_t* HWY_RESTRICT run, size_t bb, size_t column, const RunWeights<kRows>& W,
-                               int b0, SpreadPrefetch& prefetch, VI (*sum)[2]) {
+// Query rows per pass over a chunk of 16 channels: two on AVX2, whose 16 registers hold two rows'
+// sums for both vectors of the chunk (each weight broadcast then serves two products); four with
+// 16 lanes.
+constexpr int kValueRowsPerPass = kParts >= 2 ? 2 : 4;
+
+// Adds the products of blocks b0..b0+kBlocks-1 for chunk cc (16 channels, kParts vectors) and
+// rows r0..r0+kR-1 to the short sums per row, plane (hi, lo) and part: per half-block, the codes
+// of each channel's tokens 0..3 and 4..7 become bytes (one mask, one shift) and take each row's
+// four weight words (two token sets x two planes) as broadcasts. Each block also takes a step of
+// the prefetch.
+template <int kR, int kBlocks, int kRows>
+HWY_INLINE void ChunkProducts(const uint8_t* HWY_RESTRICT run, size_t bb, int cc, const RunWeights<kRows>& W, int r0,
+                              int b0, SpreadPrefetch& prefetch, VI (*sum)[2][kParts]) {
   const DU du;
   const DI di;
   const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
@@ -343,56 +348,67 @@ HWY_INLINE void ColumnProducts(const uint8_t* HWY_RESTRICT run, size_t bb, size_
   for (int i = 0; i < kBlocks; ++i) {
     const int bi = b0 + i;
     prefetch.Step();
-    const uint8_t* col = run + size_t(bi) * bb + column;
-    const int8_t* planes = W.planes[bi][0][0];  // one base: the rows' words are constant offsets
+    const uint8_t* chunk = run + size_t(bi) * bb + size_t(cc) * 128;
+    const int8_t* planes = W.planes[bi][r0][0];  // one base: the rows' words are constant offsets
     for (int h = 0; h < 2; ++h) {
-      const VU x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(col + h * 64));
-      const VI first4 = hn::BitCast(di, hn::And(x, low_nibbles));  // tokens 8h..8h+3
-      const VI last4 = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));  // 8h+4..8h+7
-      for (int r = 0; r < kRows; ++r) {
+      VI first4[kParts], last4[kParts];  // tokens 8h..8h+3 and 8h+4..8h+7
+      for (int p = 0; p < kParts; ++p) {
+        const VU x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(chunk + h * 64) + p * kLanes);
+        first4[p] = hn::BitCast(di, hn::And(x, low_nibbles));
+        last4[p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
+      }
+      for (int r = 0; r < kR; ++r) {
         const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 0) * q4::kBlockTokens + 8 * h);
         const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 1) * q4::kBlockTokens + 8 * h);
-        sum[r][0] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][0], first4, hi), last4, hi + 1);
-        sum[r][1] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][1], first4, lo), last4, lo + 1);
+        for (int p = 0; p < kParts; ++p) {
+          sum[r][0][p] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][0][p], first4[p], hi), last4[p], hi + 1);
+          sum[r][1][p] = DotBytesShortWord(di, DotBytesShortWord(di, sum[r][1][p], first4[p], lo), last4[p], lo + 1);
+        }
       }
     }
   }
 }
 
-// The run's contribution to one column of value lanes: kLanes channels from byte `column` of
-// every block's two half-rows, stored at acc_column of each row. One column at a time keeps the
-// short sums (per row and plane) in registers on AVX2; the 32-bit sums of a run stay in memory,
-// touched once per widening.
-template <int kRows>
-HWY_INLINE void AccumulateColumn(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, size_t column,
-                                 const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
-                                 size_t acc_column, SpreadPrefetch& prefetch) {
+// The run's contribution to chunk cc (16 channels) of rows r0..r0+kR-1. The short sums stay in
+// registers; the 32-bit sums of the run stay in memory, touched once per widening.
+template <int kR, int kRows>
+HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int cc, int r0,
+                                const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
+                                SpreadPrefetch& prefetch) {
   const DF df;
   const DI di;
-  alignas(64) int32_t run_sums[kRows][2][kLanes] = {};  // per row and plane (hi, lo)
+  alignas(64) int32_t run_sums[kR][2][q4::values::kChunk] = {};  // per row and plane (hi, lo)
   for (int b0 = 0; b0 < nb;) {
     // kShortBlocks at a time (a compile-time count keeps the sums in registers), one at the end
     const int n = b0 + kShortBlocks <= nb ? kShortBlocks : 1;
-    VI sum[kRows][2];
-    for (int r = 0; r < kRows; ++r) sum[r][0] = sum[r][1] = hn::Zero(di);
-    if (n == kShortBlocks && kShortPairSums) {
-      ColumnProducts<kRows, kShortBlocks>(run, bb, column, W, b0, prefetch, sum);
-    } else {
-      for (int bi = b0; bi < b0 + n; ++bi) ColumnProducts<kRows, 1>(run, bb, column, W, bi, prefetch, sum);
+    VI sum[kR][2][kParts];
+    for (int r = 0; r < kR; ++r) {
+      for (int p = 0; p < kParts; ++p) sum[r][0][p] = sum[r][1][p] = hn::Zero(di);
     }
-    for (int r = 0; r < kRows; ++r) {
+    if (n == kShortBlocks && kShortPairSums) {
+      ChunkProducts<kR, kShortBlocks>(run, bb, cc, W, r0, b0, prefetch, sum);
+    } else {
+      for (int bi = b0; bi < b0 + n; ++bi) ChunkProducts<kR, 1>(run, bb, cc, W, r0, bi, prefetch, sum);
+    }
+    for (int r = 0; r < kR; ++r) {
       for (int e = 0; e < 2; ++e) {
-        hn::Store(hn::Add(hn::Load(di, run_sums[r][e]), WidenShortSums(di, sum[r][e])), di, run_sums[r][e]);
+        for (int p = 0; p < kParts; ++p) {
+          int32_t* rs = run_sums[r][e] + p * kLanes;
+          hn::Store(hn::Add(hn::Load(di, rs), WidenShortSums(di, sum[r][e][p])), di, rs);
+        }
       }
     }
     b0 += n;
   }
-  for (int r = 0; r < kRows; ++r) {
-    // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
-    const VI joined = hn::Add(hn::ShiftLeft<8>(hn::Load(di, run_sums[r][0])), hn::Load(di, run_sums[r][1]));
-    float* a = acc + size_t(r) * acc_stride + acc_column;
-    hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), hn::Set(df, W.factor[r]), hn::Add(hn::LoadU(df, a), hn::Set(df, W.offset[r]))),
-               df, a);
+  for (int r = 0; r < kR; ++r) {
+    const VF factor = hn::Set(df, W.factor[r0 + r]), offset = hn::Set(df, W.offset[r0 + r]);
+    for (int p = 0; p < kParts; ++p) {
+      // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
+      const VI joined =
+          hn::Add(hn::ShiftLeft<8>(hn::Load(di, run_sums[r][0] + p * kLanes)), hn::Load(di, run_sums[r][1] + p * kLanes));
+      float* a = acc + size_t(r0 + r) * acc_stride + size_t(cc) * q4::values::kChunk + p * kLanes;
+      hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), factor, hn::Add(hn::LoadU(df, a), offset)), df, a);
+    }
   }
 }
 
@@ -405,6 +421,8 @@ template <int kRows>
 void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int64_t i0, int64_t i1, int d, float* acc,
                     size_t acc_stride) {
   constexpr int B = q4::kBlockTokens;
+  constexpr int kR = kRows < kValueRowsPerPass ? kRows : kValueRowsPerPass;
+  static_assert(kRows % kR == 0, "whole passes");
   const size_t bb = q4::values::block_bytes(d);
   const int VC = q4::values::n_chunks(d), G = q4::n_groups(d);
   RunWeights<kRows> W;
@@ -413,20 +431,18 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int6
     const uint8_t* run = blocks + size_t(b0) * bb;
     // The bytes after this run (the next run, or the start of the caller's next call: attention
     // asks for one run at a time) are asked for while this run is computed, a step with each
-    // block of each column pass; a burst of a whole run's prefetches would fill the line-fill
-    // buffers and stall. A prefetch past the end of the cache's memory is harmless: prefetches
-    // never fault.
+    // block of each pass; a burst of a whole run's prefetches would fill the line-fill buffers
+    // and stall. A prefetch past the end of the cache's memory is harmless: prefetches never
+    // fault.
     const size_t next_bytes = size_t(nb) * bb;
-    SpreadPrefetch prefetch(run + next_bytes, next_bytes, size_t(VC * kParts) * size_t(nb));
+    SpreadPrefetch prefetch(run + next_bytes, next_bytes, size_t(VC) * (kRows / kR) * size_t(nb));
     NormalizeRunWeights<kRows>(w, w_stride, i0, i1, b0, nb, &W);
     for (int g = 0; g < G; ++g) {
       StageRunWeights<kRows>(run, nb, d, g, &W);
-      // One pass over the run per column of kLanes channels: 2 * kParts per group of 32 (fewer in
-      // a ragged last group).
-      for (int c = 0; c < 2 * kParts && 2 * g + c / kParts < VC; ++c) {
-        const int cc = 2 * g + c / kParts, p = c % kParts;
-        AccumulateColumn<kRows>(run, bb, nb, size_t(cc) * 128 + size_t(p) * kLanes * 4, W, acc, acc_stride,
-                                size_t(cc) * q4::values::kChunk + size_t(p) * kLanes, prefetch);
+      // One pass over the run per chunk of 16 channels (two per group of 32, one in a ragged last
+      // group) and kR rows.
+      for (int cc = 2 * g; cc < std::min(VC, 2 * g + 2); ++cc) {
+        for (int r0 = 0; r0 < kRows; r0 += kR) AccumulateChunk<kR>(run, bb, nb, cc, r0, W, acc, acc_stride, prefetch);
       }
     }
   }
