@@ -69,7 +69,7 @@ HWY_INLINE hn::Vec<DI> DotBytesWord(DI di, hn::Vec<DI> acc, hn::Vec<DI> u, const
 
 // Short pair sums. AVX2 and AVX-512 without VNNI multiply bytes into 16-bit pair sums and need a
 // second multiply (vpmaddwd) to widen them to 32 bits; that widening is half of DotBytes' work on
-// their two multiply ports. DotBytesShort adds the pair sums in 16 bits instead, and
+// the multiply ports. DotBytesShortWord adds the pair sums in 16 bits instead, and
 // WidenShortSums turns them into DotBytes' 32-bit lane sums once for several products. The
 // caller keeps every 16-bit sum below 2^15 in magnitude: with u below 16 and s a signed byte a
 // pair sum is at most 2 * 15 * 128 = 3840, so eight products may share one widening. Where bytes

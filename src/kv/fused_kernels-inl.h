@@ -46,7 +46,7 @@ HWY_INLINE void PrefetchBytes(const uint8_t* p, size_t bytes) {
 class SpreadPrefetch {
  public:
   SpreadPrefetch(const uint8_t* p, size_t bytes, size_t steps)
-      : at_(p), end_(p + bytes), step_(((bytes + steps - 1) / std::max<size_t>(steps, 1) + 63) / 64 * 64) {}
+      : at_(p), end_(p + bytes), step_(LineBytes(bytes, std::max<size_t>(steps, 1))) {}
   HWY_INLINE void Step() {
     if (at_ < end_) {
       PrefetchBytes(at_, step_);
@@ -58,6 +58,8 @@ class SpreadPrefetch {
   const uint8_t* at_;
   const uint8_t* end_;
   size_t step_;
+
+  static size_t LineBytes(size_t bytes, size_t steps) { return ((bytes + steps - 1) / steps + 63) / 64 * 64; }
 };
 
 #if HWY_TARGET == HWY_SCALAR
