@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "src/core/rng.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/method.h"
@@ -247,6 +248,27 @@ inline void check_all(const std::string& spec, const std::vector<int>& dims, int
     check_block_bytes_match_formula(spec, d);
     check_single_token_encode(spec, d);
   }
+}
+
+// Runs fn once with each portable Highway target (EMU128, scalar) this build has, as the only
+// target chosen, and the best target again afterwards; returns how many ran. The portable
+// targets take the narrow-vector paths of the kernels on any machine.
+template <typename Fn>
+int for_each_portable_target(Fn fn) {
+  int tried = 0;
+  for (int64_t target : {int64_t(HWY_EMU128), int64_t(HWY_SCALAR)}) {
+    if ((hwy::SupportedTargets() & target) == 0) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    {
+      SCOPED_TRACE(hwy::TargetName(target));
+      fn();
+    }
+    hwy::SetSupportedTargetsForTest(0);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    ++tried;
+  }
+  return tried;
 }
 
 // A rotated spec's head dims: powers of two take the Hadamard rotation, others a dense random

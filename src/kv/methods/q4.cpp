@@ -58,23 +58,29 @@ static_assert(q4::kBlockTokens % kLanes == 0, "16 tokens must be whole vectors")
 // two planes' integer sums are joined (high * 256 + low: exact below 2^24) and turned to float
 // once.
 
-// Query rows per pass over a block: two on AVX2, whose 16 registers hold two rows' sums for both
-// parts of the block (each query broadcast then serves two products); four with 16 lanes.
-constexpr int kScoreRowsPerPass = kParts >= 2 ? 2 : 4;
+// Query rows per pass of either kernel: two on AVX2, whose 16 registers hold two rows' sums for
+// both vectors of a block (scores) or of a 16-channel chunk (values), so that each broadcast
+// serves two products; four with 16 lanes. kPassRows<kRows> of them for a kernel of kRows rows.
+constexpr int kRowsPerPass = kParts >= 2 ? 2 : 4;
+template <int kRows>
+constexpr int kPassRows = kRows < kRowsPerPass ? kRows : kRowsPerPass;
 
-// One group's kChunks chunks (4, or fewer in a ragged last group) of the block for kR query rows:
+// A run's or group's integer sum from its two byte planes: hi * 256 + lo.
+HWY_INLINE VI JoinPlanes(VI hi, VI lo) { return hn::Add(hn::ShiftLeft<8>(hi), lo); }
+
+// One group's kChunks chunks (4, or fewer in a ragged last group) of the block for kPass query rows:
 // the joined integer sums per row, stored at joined[r] (16 tokens). A compile-time trip count lets
 // the chunk loop unroll with the sums fixed in registers; the float arithmetic is left to a second
 // pass (ScoreBlock) to keep them there.
-template <int kR, int kChunks>
+template <int kPass, int kChunks>
 HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_t* HWY_RESTRICT words, int g,
                            int32_t (*HWY_RESTRICT joined)[q4::kBlockTokens]) {
   static_assert(2 * kChunks <= kMaxShortProducts, "a group's products per plane must fit the short sums");
   const DU du;
   const DI di;
   const VU low_nibbles = hn::Set(du, 0x0F0F0F0Fu);
-  VI sum[kR][2][kParts];  // per row, byte plane (hi, lo) and part
-  for (int r = 0; r < kR; ++r) {
+  VI sum[kPass][2][kParts];  // per row, byte plane (hi, lo) and part
+  for (int r = 0; r < kPass; ++r) {
     for (int p = 0; p < kParts; ++p) sum[r][0][p] = sum[r][1][p] = hn::Zero(di);
   }
   const int c0 = g * (q4::kGroup / q4::kChunk);
@@ -87,7 +93,7 @@ HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_
       codes[0][p] = hn::BitCast(di, hn::And(x, low_nibbles));
       codes[1][p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
     }
-    for (int r = 0; r < kR; ++r) {
+    for (int r = 0; r < kPass; ++r) {
       // hi even, hi odd, lo even, lo odd: bits kept in the float state array, read through a
       // may_alias type so that each becomes one broadcast load
       const AliasedI32* w = reinterpret_cast<const AliasedI32*>(q + size_t(r) * qs + q4::QueryState::chunk_word(c, 0));
@@ -96,9 +102,9 @@ HWY_INLINE void ScoreGroup(const float* HWY_RESTRICT q, size_t qs, const uint32_
       }
     }
   }
-  for (int r = 0; r < kR; ++r) {
+  for (int r = 0; r < kPass; ++r) {
     for (int p = 0; p < kParts; ++p) {  // exact: |joined| < 2^24
-      const VI j = hn::Add(hn::ShiftLeft<8>(WidenShortSums(di, sum[r][0][p])), WidenShortSums(di, sum[r][1][p]));
+      const VI j = JoinPlanes(WidenShortSums(di, sum[r][0][p]), WidenShortSums(di, sum[r][1][p]));
       hn::Store(j, di, joined[r] + p * kLanes);
     }
   }
@@ -114,17 +120,16 @@ HWY_INLINE void ScoreBlock(const float* HWY_RESTRICT q, size_t qs, const uint8_t
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
   const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk + q4::codes_bytes(d));
   constexpr int kPerGroup = q4::kGroup / q4::kChunk;
-  constexpr int kR = kRows < kScoreRowsPerPass ? kRows : kScoreRowsPerPass;
-  static_assert(kRows % kR == 0, "whole passes");
+  static_assert(kRows % kPassRows<kRows> == 0, "whole passes");
   const int full = C / kPerGroup;
   alignas(64) int32_t joined[q4::kMaxGroups][kRows][q4::kBlockTokens];
-  for (int r0 = 0; r0 < kRows; r0 += kR) {
+  for (int r0 = 0; r0 < kRows; r0 += kPassRows<kRows>) {
     const float* qr = q + size_t(r0) * qs;
-    for (int g = 0; g < full; ++g) ScoreGroup<kR, kPerGroup>(qr, qs, words, g, joined[g] + r0);
+    for (int g = 0; g < full; ++g) ScoreGroup<kPassRows<kRows>, kPerGroup>(qr, qs, words, g, joined[g] + r0);
     switch (C % kPerGroup) {
-      case 1: ScoreGroup<kR, 1>(qr, qs, words, full, joined[full] + r0); break;
-      case 2: ScoreGroup<kR, 2>(qr, qs, words, full, joined[full] + r0); break;
-      case 3: ScoreGroup<kR, 3>(qr, qs, words, full, joined[full] + r0); break;
+      case 1: ScoreGroup<kPassRows<kRows>, 1>(qr, qs, words, full, joined[full] + r0); break;
+      case 2: ScoreGroup<kPassRows<kRows>, 2>(qr, qs, words, full, joined[full] + r0); break;
+      case 3: ScoreGroup<kPassRows<kRows>, 3>(qr, qs, words, full, joined[full] + r0); break;
       default: break;
     }
   }
@@ -328,17 +333,12 @@ HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWei
 // two products per row and plane to a lane (tokens 0..3 and 4..7), so two blocks make eight.
 constexpr int kShortBlocks = kShortPairSums ? kMaxShortProducts / 4 : kRunBlocks;
 
-// Query rows per pass over a chunk of 16 channels: two on AVX2, whose 16 registers hold two rows'
-// sums for both vectors of the chunk (each weight broadcast then serves two products); four with
-// 16 lanes.
-constexpr int kValueRowsPerPass = kParts >= 2 ? 2 : 4;
-
 // Adds the products of blocks b0..b0+kBlocks-1 for chunk cc (16 channels, kParts vectors) and
-// rows r0..r0+kR-1 to the short sums per row, plane (hi, lo) and part: per half-block, the codes
+// rows r0..r0+kPass-1 to the short sums per row, plane (hi, lo) and part: per half-block, the codes
 // of each channel's tokens 0..3 and 4..7 become bytes (one mask, one shift) and take each row's
 // four weight words (two token sets x two planes) as broadcasts. Each block also takes a step of
 // the prefetch.
-template <int kR, int kBlocks, int kRows>
+template <int kPass, int kBlocks, int kRows>
 HWY_INLINE void ChunkProducts(const uint8_t* HWY_RESTRICT run, size_t bb, int cc, const RunWeights<kRows>& W, int r0,
                               int b0, SpreadPrefetch& prefetch, VI (*sum)[2][kParts]) {
   const DU du;
@@ -357,7 +357,7 @@ HWY_INLINE void ChunkProducts(const uint8_t* HWY_RESTRICT run, size_t bb, int cc
         first4[p] = hn::BitCast(di, hn::And(x, low_nibbles));
         last4[p] = hn::BitCast(di, hn::And(hn::ShiftRight<4>(x), low_nibbles));
       }
-      for (int r = 0; r < kR; ++r) {
+      for (int r = 0; r < kPass; ++r) {
         const AliasedI32* lo = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 0) * q4::kBlockTokens + 8 * h);
         const AliasedI32* hi = reinterpret_cast<const AliasedI32*>(planes + (2 * r + 1) * q4::kBlockTokens + 8 * h);
         for (int p = 0; p < kParts; ++p) {
@@ -369,28 +369,28 @@ HWY_INLINE void ChunkProducts(const uint8_t* HWY_RESTRICT run, size_t bb, int cc
   }
 }
 
-// The run's contribution to chunk cc (16 channels) of rows r0..r0+kR-1. The short sums stay in
+// The run's contribution to chunk cc (16 channels) of rows r0..r0+kPass-1. The short sums stay in
 // registers; the 32-bit sums of the run stay in memory, touched once per widening.
-template <int kR, int kRows>
+template <int kPass, int kRows>
 HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int cc, int r0,
                                 const RunWeights<kRows>& W, float* HWY_RESTRICT acc, size_t acc_stride,
                                 SpreadPrefetch& prefetch) {
   const DF df;
   const DI di;
-  alignas(64) int32_t run_sums[kR][2][q4::values::kChunk] = {};  // per row and plane (hi, lo)
+  alignas(64) int32_t run_sums[kPass][2][q4::values::kChunk] = {};  // per row and plane (hi, lo)
   for (int b0 = 0; b0 < nb;) {
     // kShortBlocks at a time (a compile-time count keeps the sums in registers), one at the end
     const int n = b0 + kShortBlocks <= nb ? kShortBlocks : 1;
-    VI sum[kR][2][kParts];
-    for (int r = 0; r < kR; ++r) {
+    VI sum[kPass][2][kParts];
+    for (int r = 0; r < kPass; ++r) {
       for (int p = 0; p < kParts; ++p) sum[r][0][p] = sum[r][1][p] = hn::Zero(di);
     }
     if (n == kShortBlocks && kShortPairSums) {
-      ChunkProducts<kR, kShortBlocks>(run, bb, cc, W, r0, b0, prefetch, sum);
+      ChunkProducts<kPass, kShortBlocks>(run, bb, cc, W, r0, b0, prefetch, sum);
     } else {
-      for (int bi = b0; bi < b0 + n; ++bi) ChunkProducts<kR, 1>(run, bb, cc, W, r0, bi, prefetch, sum);
+      for (int bi = b0; bi < b0 + n; ++bi) ChunkProducts<kPass, 1>(run, bb, cc, W, r0, bi, prefetch, sum);
     }
-    for (int r = 0; r < kR; ++r) {
+    for (int r = 0; r < kPass; ++r) {
       for (int e = 0; e < 2; ++e) {
         for (int p = 0; p < kParts; ++p) {
           int32_t* rs = run_sums[r][e] + p * kLanes;
@@ -400,12 +400,11 @@ HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int 
     }
     b0 += n;
   }
-  for (int r = 0; r < kR; ++r) {
+  for (int r = 0; r < kPass; ++r) {
     const VF factor = hn::Set(df, W.factor[r0 + r]), offset = hn::Set(df, W.offset[r0 + r]);
     for (int p = 0; p < kParts; ++p) {
       // |hi sum| <= 256 tokens * 128 * 15 < 2^23, so hi * 256 + lo fits 32 bits.
-      const VI joined =
-          hn::Add(hn::ShiftLeft<8>(hn::Load(di, run_sums[r][0] + p * kLanes)), hn::Load(di, run_sums[r][1] + p * kLanes));
+      const VI joined = JoinPlanes(hn::Load(di, run_sums[r][0] + p * kLanes), hn::Load(di, run_sums[r][1] + p * kLanes));
       float* a = acc + size_t(r0 + r) * acc_stride + size_t(cc) * q4::values::kChunk + p * kLanes;
       hn::StoreU(hn::MulAdd(hn::ConvertTo(df, joined), factor, hn::Add(hn::LoadU(df, a), offset)), df, a);
     }
@@ -414,15 +413,14 @@ HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int 
 
 // acc rows += sum over tokens [i0, i1) of w * v, for kRows rows. Values have channels in the
 // lanes (q4_layout.h): per half-block, the codes of tokens 0..3 and 4..7 of every channel are
-// masked out as bytes and multiplied by the four tokens' weight bytes with DotBytes, once per
-// weight plane, summing over tokens inside each lane. The integer sums of a run (per row, plane
+// masked out as bytes and multiplied by the four tokens' weight bytes (short pair sums,
+// byte_dot-inl.h), once per weight plane, summing over tokens inside each lane. The integer sums of a run (per row, plane
 // and 16 channels) are joined (hi * 256 + lo, below 2^31) and turned to float once per run.
 template <int kRows>
 void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int64_t i0, int64_t i1, int d, float* acc,
                     size_t acc_stride) {
   constexpr int B = q4::kBlockTokens;
-  constexpr int kR = kRows < kValueRowsPerPass ? kRows : kValueRowsPerPass;
-  static_assert(kRows % kR == 0, "whole passes");
+  static_assert(kRows % kPassRows<kRows> == 0, "whole passes");
   const size_t bb = q4::values::block_bytes(d);
   const int VC = q4::values::n_chunks(d), G = q4::n_groups(d);
   RunWeights<kRows> W;
@@ -435,14 +433,16 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, int6
     // and stall. A prefetch past the end of the cache's memory is harmless: prefetches never
     // fault.
     const size_t next_bytes = size_t(nb) * bb;
-    SpreadPrefetch prefetch(run + next_bytes, next_bytes, size_t(VC) * (kRows / kR) * size_t(nb));
+    SpreadPrefetch prefetch(run + next_bytes, next_bytes, size_t(VC) * (kRows / kPassRows<kRows>) * size_t(nb));
     NormalizeRunWeights<kRows>(w, w_stride, i0, i1, b0, nb, &W);
     for (int g = 0; g < G; ++g) {
       StageRunWeights<kRows>(run, nb, d, g, &W);
       // One pass over the run per chunk of 16 channels (two per group of 32, one in a ragged last
-      // group) and kR rows.
+      // group) and kPassRows<kRows> rows.
       for (int cc = 2 * g; cc < std::min(VC, 2 * g + 2); ++cc) {
-        for (int r0 = 0; r0 < kRows; r0 += kR) AccumulateChunk<kR>(run, bb, nb, cc, r0, W, acc, acc_stride, prefetch);
+        for (int r0 = 0; r0 < kRows; r0 += kPassRows<kRows>) {
+          AccumulateChunk<kPassRows<kRows>>(run, bb, nb, cc, r0, W, acc, acc_stride, prefetch);
+        }
       }
     }
   }

@@ -5,7 +5,6 @@
 
 #include <vector>
 
-#include "hwy/targets.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/kv/cache.h"
 
@@ -24,18 +23,10 @@ TEST(Method_kivi, FusedEqualsReference) {
 // accumulator sets per pass at 16 lanes, two and one below): the portable targets take the
 // narrow path on any machine.
 TEST(Method_kivi, PortableTargetsMatchReference) {
-  int tried = 0;
-  for (int64_t target : {int64_t(HWY_EMU128), int64_t(HWY_SCALAR)}) {
-    if ((hwy::SupportedTargets() & target) == 0) continue;
-    hwy::SetSupportedTargetsForTest(target);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    SCOPED_TRACE(hwy::TargetName(target));
+  const int tried = for_each_portable_target([] {
     check_all("kivi:residual=32", {64, 128}, 80);
     check_all("kivi:kbits=4,vbits=4,residual=32", {64}, 80);
-    hwy::SetSupportedTargetsForTest(0);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    ++tried;
-  }
+  });
   EXPECT_GE(tried, 1);
 }
 
