@@ -12,7 +12,8 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 3;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes
+constexpr uint32_t kVersion = 4;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
+                                  // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h)
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "src/core/hadamard.h"
+#include "src/kv/methods/turbo_lanes.h"
 #include "src/kv/methods/turbo_rows.h"
 #include "src/kv/methods/turbo_split.h"
 #include "src/kv/registry.h"
@@ -52,12 +53,12 @@ class TurboMethod final : public RotatedMethod {
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     if (outliers_ > 0) return turbo_split_keys(split_shape(ctx.head_dim), rotation_seed(ctx.layer, 0));
     check(ctx.head_dim);
-    return rotate_keys(std::make_unique<TurboKeyCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
+    return rotate_keys(make_turbo_key_codec(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     if (outliers_ > 0) return turbo_split_values(split_shape(ctx.head_dim), rotation_seed(ctx.layer, 1));
     check(ctx.head_dim);
-    return rotate_values(std::make_unique<TurboValueCodec>(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
+    return rotate_values(make_turbo_value_codec(sphere_rows(ctx.head_dim, bits_, norm_mode_)), rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }

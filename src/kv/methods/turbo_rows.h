@@ -44,19 +44,21 @@ class TurboRows {
       : d_(d), bits_(bits), table_(std::move(table)), quantize_(std::move(quantize)),
         row_(2 + size_t(bits) * plane_bytes(d)), param_bytes_(param_bytes), norm_mode_(norm_mode) {}
   int head_dim() const { return d_; }
+  int bits() const { return bits_; }
+  // The 2^bits levels a code stands for (before the row's scale).
+  const std::vector<float>& table() const { return table_; }
   size_t row_bytes() const { return row_; }
   size_t param_bytes() const { return param_bytes_; }
 
-  void encode(const float* x, uint8_t* row) const {
+  // The codes of x's direction (codes[j] < 2^bits) and the fp16 bits of its stored scale.
+  uint16_t quantize(const float* x, uint8_t* codes) const {
     double ss = 0;
     for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
     const float norm = float(std::sqrt(ss));
     float u[kMaxDim];  // d <= kMaxDim is checked by the methods
-    uint8_t codes[kMaxDim];
     const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
     for (int j = 0; j < d_; ++j) u[j] = x[j] * inv;
     quantize_(u, codes);
-    pack_planes(codes, d_, bits_, row + 2);
     float scale = norm;
     if (norm_mode_ != NormMode::kNorm && norm > 0.0f) {
       double cc = 0, uc = 0;
@@ -68,7 +70,12 @@ class TurboRows {
       const double den = norm_mode_ == NormMode::kNormMatched ? std::sqrt(cc) : uc;
       if (den > 0) scale = float(norm / den);
     }
-    const uint16_t h = f32_to_f16(std::min(scale, 65504.0f));
+    return f32_to_f16(std::min(scale, 65504.0f));
+  }
+  void encode(const float* x, uint8_t* row) const {
+    uint8_t codes[kMaxDim];
+    const uint16_t h = quantize(x, codes);
+    pack_planes(codes, d_, bits_, row + 2);
     std::memcpy(row, &h, 2);
   }
   void decode(const uint8_t* row, float* x) const {

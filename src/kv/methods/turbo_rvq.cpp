@@ -35,6 +35,7 @@
 #include "src/core/hadamard.h"
 #include "src/kv/calib/lloyd_max.h"
 #include "src/kv/calib/nuq.h"
+#include "src/kv/methods/turbo_lanes.h"
 #include "src/kv/methods/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
@@ -83,11 +84,11 @@ class TurboRvqMethod final : public RotatedMethod {
       : RotatedMethod(v), bits_(param_int(v, "bits")) {}
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_keys(std::make_unique<TurboKeyCodec>(rvq_rows(ctx.head_dim, bits_)), rotation_seed(ctx.layer, 0));
+    return rotate_keys(make_turbo_key_codec(rvq_rows(ctx.head_dim, bits_)), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_values(std::make_unique<TurboValueCodec>(rvq_rows(ctx.head_dim, bits_)),
+    return rotate_values(make_turbo_value_codec(rvq_rows(ctx.head_dim, bits_)),
                          rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return turbo_row_bits(d, 2 * bits_); }

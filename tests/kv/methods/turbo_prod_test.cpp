@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/kv/methods/turbo_lanes.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 
@@ -57,11 +58,14 @@ TEST(Method_turbo_prod, MseStageIsTurboAtOneBitLess) {
     std::vector<uint8_t> pb(pc->block_bytes()), tb(tc->block_bytes());
     pc->encode(x.data(), 0, pb.data());
     tc->encode(x.data(), 0, tb.data());
-    // Per token the prod row is [norm, residual norm, codes, signs] and turbo's is [norm, codes].
+    // Per token the prod row is [norm, residual norm, codes, signs] and turbo's, in the row
+    // layout (its blocks keep tokens in lanes: turbo_lanes.h), is [norm, codes].
     const size_t prow = pc->block_bytes() / 16, trow = tc->block_bytes() / 16;
+    std::vector<uint8_t> row(trow);
     for (int t = 0; t < 16; ++t) {
-      EXPECT_EQ(0, std::memcmp(&pb[t * prow], &tb[t * trow], 2)) << "norm, token " << t;
-      EXPECT_EQ(0, std::memcmp(&pb[t * prow + 4], &tb[t * trow + 2], trow - 2)) << "codes, token " << t;
+      turbo_lanes_row(tb.data(), d, b - 1, t, row.data());
+      EXPECT_EQ(0, std::memcmp(&pb[t * prow], row.data(), 2)) << "norm, token " << t;
+      EXPECT_EQ(0, std::memcmp(&pb[t * prow + 4], row.data() + 2, trow - 2)) << "codes, token " << t;
     }
   }
 }

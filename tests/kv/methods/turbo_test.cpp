@@ -10,6 +10,7 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
+#include "hwy/targets.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 
@@ -22,6 +23,23 @@ TEST(Method_turbo, FusedEqualsReference) {
   }
   // Head dims that are not powers of two take the dense random rotation.
   for (const char* spec : {"turbo", "turbo:bits=4,norm=2"}) check_all(spec, {80, 96}, 64);
+}
+
+// Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
+// portable targets read the level table with a gather instead of a register permute.
+TEST(Method_turbo, PortableTargetsMatchReference) {
+  int tried = 0;
+  for (int64_t target : {int64_t(HWY_EMU128), int64_t(HWY_SCALAR)}) {
+    if ((hwy::SupportedTargets() & target) == 0) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const char* spec : {"turbo:bits=1", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
+    hwy::SetSupportedTargetsForTest(0);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    ++tried;
+  }
+  EXPECT_GE(tried, 1);
 }
 
 TEST(Method_turbo, BitsPerElementCountTheNorm) {

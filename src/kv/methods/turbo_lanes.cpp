@@ -1,0 +1,450 @@
+// TurboQuant rows with tokens in the vector lanes: layout and kernels (see turbo_lanes.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/turbo_lanes.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "hwy/highway.h"
+#include "src/core/fp16.h"
+#include "src/kv/fused_kernels-inl.h"
+#include "src/kv/methods/turbo_lanes.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+using DI = hn::RebindToSigned<DF>;
+constexpr int kLanes = int(hn::MaxLanes(DF()));
+constexpr int kSub = 16;    // tokens per block
+constexpr int kGroup = 32;  // channels per group of words
+constexpr int kParts = kSub / kLanes;
+constexpr size_t kScaleBytes = kSub * 2;
+static_assert(kSub % kLanes == 0, "16 tokens must be whole vectors");
+
+// The level table in registers; `table` holds 16 floats, level(i mod 2^bits).
+struct Levels {
+  VF lo, hi;  // entries 0 .. 7 and 8 .. 15 on AVX2 (hi is used at 4 bits only); 0 .. 15 in lo on AVX-512
+  const float* table;
+};
+
+HWY_INLINE Levels LoadLevels(const float* table16) {
+  const DF df;
+  return Levels{hn::LoadU(df, table16), hn::LoadU(df, table16 + (kLanes == 8 ? 8 : 0)), table16};
+}
+
+// level(low kBits bits of each lane of idx); the bits above are ignored.
+template <int kBits>
+HWY_INLINE VF Lookup(const Levels& L, VU idx) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return VF{_mm512_permutexvar_ps(idx.raw, L.lo.raw)};  // the low four bits (the table repeats)
+#elif HWY_TARGET == HWY_AVX2
+  const __m256 lo = _mm256_permutevar8x32_ps(L.lo.raw, idx.raw);  // the low three bits
+  if constexpr (kBits < 4) {
+    return VF{lo};
+  } else {
+    // bit 3 picks the upper half: moved to the sign bit, which blendv reads
+    const __m256 hi = _mm256_permutevar8x32_ps(L.hi.raw, idx.raw);
+    return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx.raw, 28)))};
+  }
+#else
+  const DI di;
+  return hn::GatherIndex(DF(), L.table, hn::BitCast(di, hn::And(idx, hn::Set(DU(), (1u << kBits) - 1))));
+#endif
+}
+
+// Channel k's codes (in the low bits, the next channels' above) from a group's words w[0..kBits).
+template <int kBits, int k>
+HWY_INLINE VU CodeBits(const VU* w) {
+  constexpr int o = kBits * k, m = o / 32, s = o % 32;
+  if constexpr (s == 0) {
+    return w[m];
+  } else if constexpr (s + kBits <= 32) {
+    return hn::ShiftRight<s>(w[m]);
+  } else {
+    return hn::Or(hn::ShiftRight<s>(w[m]), hn::ShiftLeft<32 - s>(w[m + 1]));
+  }
+}
+
+// ---- scores -------------------------------------------------------------------------------
+
+// Two accumulator sets, alternating by channel, so that the FMA latency never limits.
+constexpr int kSets = 2;
+
+template <int kBits, int kRows, int k>
+HWY_INLINE void ScoreChannel(const Levels& L, const VU* w, const float* HWY_RESTRICT qc, VF (*acc)[kRows]) {
+  const VF v = Lookup<kBits>(L, CodeBits<kBits, k>(w));
+  for (int r = 0; r < kRows; ++r) acc[k % kSets][r] = hn::MulAdd(hn::Set(DF(), qc[r * kGroup + k]), v, acc[k % kSets][r]);
+}
+
+template <int kBits, int kRows, size_t... K>
+HWY_INLINE void ScoreGroup(const Levels& L, const VU* w, const float* qc, VF (*acc)[kRows], std::index_sequence<K...>) {
+  (ScoreChannel<kBits, kRows, int(K)>(L, w, qc, acc), ...);
+}
+
+// out[r * out_stride + t] = scale_t * sum_c q_r[c] level(code_tc) for the 16 tokens of a block.
+// qg holds the rows chunk-major ([d/32 groups][kRows][32]), so every query value a group needs
+// is a fixed offset from one pointer. The vectors of 16 tokens are taken one at a time (two on
+// AVX2): the accumulators of both would not fit its 16 registers beside the words and tables.
+template <int kBits, int kRows>
+HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const uint8_t* HWY_RESTRICT blk, int n_groups,
+                           float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk + kScaleBytes);
+  const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk);
+  for (int p = 0; p < kParts; ++p) {
+    VF acc[kSets][kRows];
+    for (int e = 0; e < kSets; ++e) {
+      for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
+    }
+    for (int g = 0; g < n_groups; ++g) {
+      VU w[kBits];
+      for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+      ScoreGroup<kBits, kRows>(L, w, qg + size_t(g) * kRows * kGroup, acc, std::make_index_sequence<kGroup>());
+    }
+    const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
+    for (int r = 0; r < kRows; ++r) {
+      hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
+    }
+  }
+}
+
+template <int kBits, int kRows>
+void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
+               const float* table16, float* out, size_t out_stride) {
+  const int n_groups = d / kGroup;
+  alignas(64) float qg[kRows * 4096];
+  for (int g = 0; g < n_groups; ++g) {
+    for (int r = 0; r < kRows; ++r) std::memcpy(qg + (size_t(g) * kRows + r) * kGroup, q + size_t(r) * qs + size_t(g) * kGroup, kGroup * 4);
+  }
+  const Levels L = LoadLevels(table16);
+  alignas(64) float tmp[kRows * kSub];
+  for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
+    const uint8_t* blk = blocks + size_t(b) * bb;
+    PrefetchBytes(blk + 4 * bb, bb);  // four blocks ahead (a prefetch past the end never faults)
+    const int64_t first = b * kSub;
+    if (first >= i0 && first + kSub <= i1) {
+      ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, out + (first - i0), out_stride);
+      continue;
+    }
+    ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, tmp, kSub);
+    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
+    for (int r = 0; r < kRows; ++r) {
+      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
+    }
+  }
+}
+
+template <int kBits>
+void ScoresT(const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
+             const float* table16, float* out, size_t out_stride) {
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) {
+    ScoreRows<kBits, 4>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
+  }
+  for (; r < n_q; ++r) {
+    ScoreRows<kBits, 1>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
+  }
+}
+
+void TurboLanesScores(int bits, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
+                      int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {
+  if (i1 <= i0) return;
+  switch (bits) {
+    case 1: ScoresT<1>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
+    case 2: ScoresT<2>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
+    case 3: ScoresT<3>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
+    default: ScoresT<4>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
+  }
+}
+
+// ---- values: accumulation -----------------------------------------------------------------
+
+constexpr int kBatch = 16;  // blocks whose weights are staged at once (a run of 256 tokens)
+// Channels accumulated together: kRows x kQuad accumulators stay in registers (16 of AVX-512's
+// 32; 8 of AVX2's 16). A block's vectors of 8 tokens add into the same accumulator: every lane
+// is summed at the end anyway.
+constexpr int kQuad = kParts == 1 ? 4 : 2;
+
+template <int kBits, int kRows, int h, size_t... KK>
+HWY_INLINE void AccumulateQuad(const Levels& L, const VU* w, const float* HWY_RESTRICT wb, VF (*A)[kQuad][1],
+                               std::index_sequence<KK...>) {
+  const DF df;
+  const auto one = [&](auto kk_tag) {
+    constexpr int kk = decltype(kk_tag)::value;
+    const VF v = Lookup<kBits>(L, CodeBits<kBits, kQuad * h + kk>(w));
+    for (int r = 0; r < kRows; ++r) A[r][kk][0] = hn::MulAdd(hn::Load(df, wb + r * kSub), v, A[r][kk][0]);
+  };
+  (one(std::integral_constant<int, int(KK)>()), ...);
+}
+
+// acc rows (rotated channels of group g, kQuad of them from kQuad h) += the run's W * levels.
+template <int kBits, int kRows, int h>
+HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int g,
+                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
+  const DF df;
+  const DU du;
+  VF A[kRows][kQuad][1];
+  for (int r = 0; r < kRows; ++r) {
+    for (int kk = 0; kk < kQuad; ++kk) A[r][kk][0] = hn::Zero(df);
+  }
+  for (int bi = 0; bi < nb; ++bi) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(run + size_t(bi) * bb + kScaleBytes) + size_t(g) * kBits * kSub;
+    for (int p = 0; p < kParts; ++p) {
+      VU w[kBits];  // the words these channels do not touch are never loaded (dead loads)
+      for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + m * kSub + p * kLanes);
+      AccumulateQuad<kBits, kRows, h>(L, w, W + size_t(bi) * kRows * kSub + p * kLanes, A, std::make_index_sequence<kQuad>());
+    }
+  }
+  AddQuadLaneSums<kRows, kQuad>(A, acc + size_t(g) * kGroup + kQuad * h, acc_stride);
+}
+
+template <int kBits, int kRows, size_t... H>
+HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* run, size_t bb, int nb, int g, const float* W,
+                                float* acc, size_t acc_stride, std::index_sequence<H...>) {
+  (AccumulateQuadRun<kBits, kRows, int(H)>(L, run, bb, nb, g, W, acc, acc_stride), ...);
+}
+
+template <int kBits, int kRows>
+void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
+                    const float* table16, float* acc, size_t acc_stride) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const Levels L = LoadLevels(table16);
+  const int n_groups = d / kGroup;
+  alignas(64) float W[kBatch * kRows * kSub];
+  const int64_t end_block = (i1 + kSub - 1) / kSub;
+  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
+    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
+    const uint8_t* run = blocks + size_t(b0) * bb;
+    // This run's blocks now, and the next run's first blocks, whose latency then overlaps this
+    // run's arithmetic.
+    for (int bi = 0; bi < nb; ++bi) PrefetchBytes(run + size_t(bi) * bb, bb);
+    if (b0 + kBatch < end_block) PrefetchBytes(run + size_t(kBatch) * bb, 4 * bb);
+    // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
+    for (int bi = 0; bi < nb; ++bi) {
+      const int64_t first = (b0 + bi) * kSub;
+      const uint8_t* blk = run + size_t(bi) * bb;
+      float* wb = W + size_t(bi) * kRows * kSub;
+      if (first >= i0 && first + kSub <= i1) {
+        for (int p = 0; p < kParts; ++p) {
+          const VF s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + p * kLanes));
+          for (int r = 0; r < kRows; ++r) {
+            const VF wv = hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p * kLanes);
+            hn::Store(hn::Mul(wv, s), df, wb + r * kSub + p * kLanes);
+          }
+        }
+        continue;
+      }
+      for (int t = 0; t < kSub; ++t) {
+        const int64_t i = first + t;
+        uint16_t hbits;
+        std::memcpy(&hbits, blk + 2 * t, 2);
+        const float s = f16_to_f32(hbits);
+        for (int r = 0; r < kRows; ++r) {
+          wb[r * kSub + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
+        }
+      }
+    }
+    for (int g = 0; g < n_groups; ++g) {
+      AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, std::make_index_sequence<kGroup / kQuad>());
+    }
+  }
+}
+
+template <int kBits>
+void AccumulateT(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
+                 int64_t i1, const float* table16, float* acc, size_t acc_stride) {
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) {
+    AccumulateRows<kBits, 4>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
+                             acc + size_t(r) * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) {
+    AccumulateRows<kBits, 1>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
+                             acc + size_t(r) * acc_stride, acc_stride);
+  }
+}
+
+void TurboLanesAccumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
+                          int64_t i0, int64_t i1, const float* table16, float* acc, size_t acc_stride) {
+  if (i1 <= i0) return;
+  switch (bits) {
+    case 1: AccumulateT<1>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
+    case 2: AccumulateT<2>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
+    case 3: AccumulateT<3>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
+    default: AccumulateT<4>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <array>
+
+namespace vq::kv {
+HWY_EXPORT(TurboLanesScores);
+HWY_EXPORT(TurboLanesAccumulate);
+
+namespace {
+
+constexpr int kSub = 16;
+constexpr int kGroup = 32;
+constexpr size_t kScaleBytes = kSub * 2;
+
+// The block layout, scalar: the encoder and the plain reference decode.
+class LaneLayout {
+ public:
+  LaneLayout(int d, int bits) : d_(d), bits_(bits) {}
+  size_t bytes() const { return kScaleBytes + size_t(2) * bits_ * d_; }  // = 16 rows of 2 + bits * d / 8 bytes
+
+  void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* block) const {
+    std::memcpy(block + 2 * t, &scale, 2);
+    for (int g = 0; g < d_ / kGroup; ++g) {
+      uint32_t w[4] = {0, 0, 0, 0};
+      for (int k = 0; k < kGroup; ++k) {
+        const uint32_t c = codes[g * kGroup + k];
+        const int o = bits_ * k, m = o / 32, s = o % 32;
+        w[m] |= c << s;
+        if (s + bits_ > 32) w[m + 1] |= c >> (32 - s);
+      }
+      for (int m = 0; m < bits_; ++m) std::memcpy(word(block, g, m, t), &w[m], 4);
+    }
+  }
+  int code(const uint8_t* block, int t, int c) const {
+    const int g = c / kGroup, o = bits_ * (c % kGroup), m = o / 32, s = o % 32;
+    uint64_t v = load(block, g, m, t);
+    if (s + bits_ > 32) v |= uint64_t(load(block, g, m + 1, t)) << 32;
+    return int((v >> s) & ((1u << bits_) - 1));
+  }
+  float scale(const uint8_t* block, int t) const {
+    uint16_t h;
+    std::memcpy(&h, block + 2 * t, 2);
+    return f16_to_f32(h);
+  }
+
+ private:
+  size_t offset(int g, int m, int t) const { return kScaleBytes + ((size_t(g) * bits_ + size_t(m)) * kSub + size_t(t)) * 4; }
+  uint8_t* word(uint8_t* block, int g, int m, int t) const { return block + offset(g, m, t); }
+  uint32_t load(const uint8_t* block, int g, int m, int t) const {
+    uint32_t v;
+    std::memcpy(&v, block + offset(g, m, t), 4);
+    return v;
+  }
+  int d_, bits_;
+};
+
+// What a key and a value codec share: the rows' quantizer, the layout, the 16-entry table.
+class LaneCodecCore {
+ public:
+  explicit LaneCodecCore(TurboRows rows) : rows_(std::move(rows)), layout_(rows_.head_dim(), rows_.bits()) {
+    const auto& t = rows_.table();
+    for (int i = 0; i < 16; ++i) table16_[size_t(i)] = t[size_t(i) % t.size()];
+  }
+  int d() const { return rows_.head_dim(); }
+  int bits() const { return rows_.bits(); }
+  size_t bytes() const { return layout_.bytes(); }
+  size_t param_bytes() const { return rows_.param_bytes(); }
+  const float* table16() const { return table16_.data(); }
+  void encode_token(const float* x, int slot, uint8_t* block) const {
+    uint8_t codes[TurboRows::kMaxDim];
+    layout_.put(codes, rows_.quantize(x, codes), slot, block);
+  }
+  void encode(const float* x, uint8_t* block) const {
+    for (int t = 0; t < kSub; ++t) encode_token(x + size_t(t) * d(), t, block);
+  }
+  // x = scale * level(code), as the row layout decodes (lut_affine_planes with zero 0).
+  void decode(const uint8_t* block, float* x) const {
+    const auto& t = rows_.table();
+    for (int tok = 0; tok < kSub; ++tok) {
+      const float s = layout_.scale(block, tok);
+      for (int c = 0; c < d(); ++c) x[size_t(tok) * d() + c] = 0.0f + s * t[size_t(layout_.code(block, tok, c))];
+    }
+  }
+
+ private:
+  TurboRows rows_;
+  LaneLayout layout_;
+  std::array<float, 16> table16_;
+};
+
+class LaneKeyCodec final : public KeyCodec {
+ public:
+  explicit LaneKeyCodec(TurboRows rows) : c_(std::move(rows)) {}
+  int head_dim() const override { return c_.d(); }
+  int block_tokens() const override { return kSub; }
+  size_t block_bytes() const override { return c_.bytes(); }
+  size_t param_bytes() const override { return c_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override { c_.encode(x, block); }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override { c_.encode_token(x, slot, block); }
+  void decode(const uint8_t* block, int64_t, float* x) const override { c_.decode(block, x); }
+  size_t query_state_floats() const override { return size_t(c_.d()); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, c_.d(), state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    HWY_DYNAMIC_DISPATCH(TurboLanesScores)(c_.bits(), states, n_q, size_t(c_.d()), blocks, c_.bytes(), c_.d(), i0, i1,
+                                           c_.table16(), out, out_stride);
+  }
+
+ private:
+  LaneCodecCore c_;
+};
+
+class LaneValueCodec final : public ValueCodec {
+ public:
+  explicit LaneValueCodec(TurboRows rows) : c_(std::move(rows)) {}
+  int head_dim() const override { return c_.d(); }
+  int block_tokens() const override { return kSub; }
+  size_t block_bytes() const override { return c_.bytes(); }
+  size_t param_bytes() const override { return c_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override { c_.encode(x, block); }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override { c_.encode_token(x, slot, block); }
+  void decode(const uint8_t* block, int64_t, float* x) const override { c_.decode(block, x); }
+  size_t accum_floats() const override { return size_t(c_.d()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(c_.bits(), w, w_stride, n_q, blocks, c_.bytes(), c_.d(), i0, i1,
+                                               c_.table16(), acc, size_t(c_.d()));
+  }
+  void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * c_.d(), out); }
+
+ private:
+  LaneCodecCore c_;
+};
+
+}  // namespace
+
+void turbo_lanes_row(const uint8_t* block, int d, int bits, int t, uint8_t* row) {
+  const LaneLayout layout(d, bits);
+  uint8_t codes[TurboRows::kMaxDim];
+  for (int c = 0; c < d; ++c) codes[c] = uint8_t(layout.code(block, t, c));
+  std::memcpy(row, block + 2 * t, 2);
+  pack_planes(codes, d, bits, row + 2);
+}
+
+bool turbo_lanes_apply(int d, int bits) { return bits >= 1 && bits <= 4 && d % kGroup == 0 && d > 0 && d <= 4096; }
+
+std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows) {
+  if (turbo_lanes_apply(rows.head_dim(), rows.bits())) return std::make_unique<LaneKeyCodec>(std::move(rows));
+  return std::make_unique<TurboKeyCodec>(std::move(rows));
+}
+
+std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows) {
+  if (turbo_lanes_apply(rows.head_dim(), rows.bits())) return std::make_unique<LaneValueCodec>(std::move(rows));
+  return std::make_unique<TurboValueCodec>(std::move(rows));
+}
+
+}  // namespace vq::kv
+#endif

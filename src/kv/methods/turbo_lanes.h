@@ -1,0 +1,38 @@
+// TurboQuant rows (turbo_rows.h: an fp16 scale and a code of `bits` bits per rotated coordinate,
+// read through a table of 2^bits levels) laid out with tokens in the vector lanes, and the fused
+// kernels that read them (turbo_lanes.cpp). The quantizer is the rows' own; only where the codes
+// sit differs from the row layout, so bits per element are unchanged.
+//
+// A block holds 16 tokens: their 16 fp16 scales, then for each group of 32 channels `bits`
+// words per token, laid out [group][word m][token t]: token t's 32 codes of the group as one
+// bit string over its words (code k at bits bits*k .. bits*k+bits-1, low words first; at 3 bits
+// codes 10 and 21 straddle two words). One vector load gives a word of 8 or 16 tokens, and a
+// channel's codes come out with a shift (two and an or when they straddle) and one register
+// table lookup of the levels (vpermps/vpermps + blend at 4 bits on AVX2, vpermps on AVX-512),
+// which ignores the bits of the next channels above the code.
+//
+//   scores:     q . x_hat = scale_t * sum_c q'_c level(code_tc); tokens in lanes, no horizontal
+//               sums; the query (already rotated by the wrapper) is read chunk-major.
+//   accumulate: acc'_c += sum_t (w_t scale_t) level(code_tc) in the rotated space; per channel
+//               the lanes are summed once per run of 256 tokens.
+//
+// Applies when bits is 1..4, head_dim is a multiple of 32 and at most 4096; otherwise the
+// row layout (RowKeyCodec / RowValueCodec) keeps serving the rows.
+#pragma once
+
+#include <memory>
+
+#include "src/kv/methods/turbo_rows.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+bool turbo_lanes_apply(int d, int bits);
+// The lane codecs when turbo_lanes_apply holds, the row codecs otherwise.
+std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);
+std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
+// Token t of a lane block in the row layout (fp16 scale, then the codes as bit planes:
+// TurboRows::row_bytes() bytes), for comparing the two layouts.
+void turbo_lanes_row(const uint8_t* block, int d, int bits, int t, uint8_t* row);
+
+}  // namespace vq::kv
