@@ -189,7 +189,11 @@ HWY_INLINE void AccumulateQuad(const Levels& L, const VU* w, const float* HWY_RE
 // acc rows (rotated channels of group g, kQuad of them from kQuad h) += the run's W * levels.
 template <int kBits, int kRows, int h>
 HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int g,
-                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride) {
+                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride,
+                                  const uint8_t* next, size_t share, size_t next_bytes) {
+  // This pass's share of the next run's bytes (see AccumulateRows).
+  const size_t p0 = size_t(g * (kGroup / kQuad) + h) * share;
+  if (p0 < next_bytes) PrefetchBytes(next + p0, std::min(share, next_bytes - p0));
   const DF df;
   const DU du;
   VF A[kRows][kQuad][1];
@@ -209,8 +213,9 @@ HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT r
 
 template <int kBits, int kRows, size_t... H>
 HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* run, size_t bb, int nb, int g, const float* W,
-                                float* acc, size_t acc_stride, std::index_sequence<H...>) {
-  (AccumulateQuadRun<kBits, kRows, int(H)>(L, run, bb, nb, g, W, acc, acc_stride), ...);
+                                float* acc, size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
+                                std::index_sequence<H...>) {
+  (AccumulateQuadRun<kBits, kRows, int(H)>(L, run, bb, nb, g, W, acc, acc_stride, next, share, next_bytes), ...);
 }
 
 template <int kBits, int kRows>
@@ -225,10 +230,13 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
   for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
     const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
     const uint8_t* run = blocks + size_t(b0) * bb;
-    // This run's blocks now, and the next run's first blocks, whose latency then overlaps this
-    // run's arithmetic.
-    for (int bi = 0; bi < nb; ++bi) PrefetchBytes(run + size_t(bi) * bb, bb);
-    if (b0 + kBatch < end_block) PrefetchBytes(run + size_t(kBatch) * bb, 4 * bb);
+    // The bytes after this run (the next run, or the start of the caller's next call: attention
+    // asks for about a run at a time) are asked for while this run is computed, a share with
+    // each pass over the blocks; a burst of a whole run's prefetches fills the line-fill buffers
+    // and stalls (q4 found the same). A prefetch past the end of the cache's memory never faults.
+    const size_t next_bytes = size_t(nb) * bb;
+    const size_t share = (next_bytes + size_t(n_groups) * (kGroup / kQuad) - 1) / (size_t(n_groups) * (kGroup / kQuad));
+    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
     // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
     for (int bi = 0; bi < nb; ++bi) {
       const int64_t first = (b0 + bi) * kSub;
@@ -255,7 +263,8 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
       }
     }
     for (int g = 0; g < n_groups; ++g) {
-      AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, std::make_index_sequence<kGroup / kQuad>());
+      AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, run + next_bytes, share, next_bytes,
+                                    std::make_index_sequence<kGroup / kQuad>());
     }
   }
 }
