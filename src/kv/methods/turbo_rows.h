@@ -154,7 +154,8 @@ class RowBlockCodec : public Base {
   Rows rows_;
 };
 
-// Scores and accumulation through float tiles decoded in L1 (decode_tiles.h).
+// Scores and accumulation through float tiles decoded in L1 (decode_tiles.h): the path of rows
+// that turbo_lanes.h's layout does not take (head dims not a multiple of 32, codes over 4 bits).
 template <typename Rows>
 class RowKeyCodec final : public RowBlockCodec<KeyCodec, Rows> {
  public:

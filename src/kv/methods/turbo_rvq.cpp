@@ -24,8 +24,9 @@
 // power-of-two head dims (the dense random rotation for others). Encoding is greedy (stage 1, then stage 2 on its residual),
 // as residual quantization is; no joint search over the pair of codes.
 //
-// Layout: TurboQuant-MSE's with 2B bit planes: 16 tokens per block, per token an fp16 norm and
-// 2B planes of ceil(d/8) bytes. Bits per element: 2B + 16/d.
+// Layout: TurboQuant-MSE's with 2B code bits: 16 tokens per block, per token an fp16 norm and
+// 2B bits per coordinate; with tokens in lanes (turbo_lanes.h) at 2B <= 4 and head_dim % 32 == 0,
+// a row per token (2B planes of ceil(d/8) bytes) otherwise. Bits per element: 2B + 16/d.
 #include <fmt/format.h>
 
 #include <cmath>
