@@ -387,9 +387,11 @@ class LaneCodecCore {
   std::array<float, 16> table16_;
 };
 
-class LaneKeyCodec final : public KeyCodec {
+// The block plumbing a key and a value codec share (Base: KeyCodec or ValueCodec).
+template <typename Base>
+class LaneBlockCodec : public Base {
  public:
-  explicit LaneKeyCodec(TurboRows rows) : c_(std::move(rows)) {}
+  explicit LaneBlockCodec(TurboRows rows) : c_(std::move(rows)) {}
   int head_dim() const override { return c_.d(); }
   int block_tokens() const override { return kSub; }
   size_t block_bytes() const override { return c_.bytes(); }
@@ -398,39 +400,40 @@ class LaneKeyCodec final : public KeyCodec {
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override { c_.encode_token(x, slot, block); }
   void decode(const uint8_t* block, int64_t, float* x) const override { c_.decode(block, x); }
-  size_t query_state_floats() const override { return size_t(c_.d()); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, c_.d(), state); }
-  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
-    HWY_DYNAMIC_DISPATCH(TurboLanesScores)(c_.bits(), states, n_q, size_t(c_.d()), blocks, c_.bytes(), c_.d(), i0, i1,
-                                           c_.table16(), out, out_stride);
-  }
+
+ protected:
+  const LaneCodecCore& core() const { return c_; }
 
  private:
   LaneCodecCore c_;
 };
 
-class LaneValueCodec final : public ValueCodec {
+class LaneKeyCodec final : public LaneBlockCodec<KeyCodec> {
  public:
-  explicit LaneValueCodec(TurboRows rows) : c_(std::move(rows)) {}
-  int head_dim() const override { return c_.d(); }
-  int block_tokens() const override { return kSub; }
-  size_t block_bytes() const override { return c_.bytes(); }
-  size_t param_bytes() const override { return c_.param_bytes(); }
-  void encode(const float* x, int64_t, uint8_t* block) const override { c_.encode(x, block); }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override { c_.encode_token(x, slot, block); }
-  void decode(const uint8_t* block, int64_t, float* x) const override { c_.decode(block, x); }
-  size_t accum_floats() const override { return size_t(c_.d()); }
+  using LaneBlockCodec<KeyCodec>::LaneBlockCodec;
+  size_t query_state_floats() const override { return size_t(core().d()); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, core().d(), state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const LaneCodecCore& c = core();
+    HWY_DYNAMIC_DISPATCH(TurboLanesScores)(c.bits(), states, n_q, size_t(c.d()), blocks, c.bytes(), c.d(), i0, i1,
+                                           c.table16(), out, out_stride);
+  }
+};
+
+class LaneValueCodec final : public LaneBlockCodec<ValueCodec> {
+ public:
+  using LaneBlockCodec<ValueCodec>::LaneBlockCodec;
+  size_t accum_floats() const override { return size_t(core().d()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(c_.bits(), w, w_stride, n_q, blocks, c_.bytes(), c_.d(), i0, i1,
-                                               c_.table16(), acc, size_t(c_.d()));
+    const LaneCodecCore& c = core();
+    HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(c.bits(), w, w_stride, n_q, blocks, c.bytes(), c.d(), i0, i1,
+                                               c.table16(), acc, size_t(c.d()));
   }
-  void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * c_.d(), out); }
-
- private:
-  LaneCodecCore c_;
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * core().d(), out);
+  }
 };
 
 }  // namespace

@@ -10,7 +10,6 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
-#include "hwy/targets.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 
@@ -28,17 +27,9 @@ TEST(Method_turbo, FusedEqualsReference) {
 // Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
 // portable targets read the level table with a gather instead of a register permute.
 TEST(Method_turbo, PortableTargetsMatchReference) {
-  int tried = 0;
-  for (int64_t target : {int64_t(HWY_EMU128), int64_t(HWY_SCALAR)}) {
-    if ((hwy::SupportedTargets() & target) == 0) continue;
-    hwy::SetSupportedTargetsForTest(target);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    SCOPED_TRACE(hwy::TargetName(target));
+  const int tried = for_each_portable_target([] {
     for (const char* spec : {"turbo:bits=1", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
-    hwy::SetSupportedTargetsForTest(0);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    ++tried;
-  }
+  });
   EXPECT_GE(tried, 1);
 }
 
