@@ -4,6 +4,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "hwy/highway.h"
@@ -69,6 +70,18 @@ HWY_INLINE VU CodeBits(const VU* w) {
     return hn::ShiftRight<s>(w[m]);
   } else {
     return hn::Or(hn::ShiftRight<s>(w[m]), hn::ShiftLeft<32 - s>(w[m + 1]));
+  }
+}
+
+// Calls fn(std::integral_constant<int, bits>) for bits 1..4 (4 for anything else), so that each
+// kernel is instantiated once per bit width from one switch.
+template <class Fn>
+HWY_INLINE void WithBits(int bits, Fn&& fn) {
+  switch (bits) {
+    case 1: fn(std::integral_constant<int, 1>()); break;
+    case 2: fn(std::integral_constant<int, 2>()); break;
+    case 3: fn(std::integral_constant<int, 3>()); break;
+    default: fn(std::integral_constant<int, 4>()); break;
   }
 }
 
@@ -158,12 +171,7 @@ void ScoresT(const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t b
 void TurboLanesScores(int bits, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
                       int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {
   if (i1 <= i0) return;
-  switch (bits) {
-    case 1: ScoresT<1>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
-    case 2: ScoresT<2>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
-    case 3: ScoresT<3>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
-    default: ScoresT<4>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); break;
-  }
+  WithBits(bits, [&](auto b) { ScoresT<b()>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); });
 }
 
 // ---- values: accumulation -----------------------------------------------------------------
@@ -286,12 +294,7 @@ void AccumulateT(const float* w, size_t w_stride, int n_q, const uint8_t* blocks
 void TurboLanesAccumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
                           int64_t i0, int64_t i1, const float* table16, float* acc, size_t acc_stride) {
   if (i1 <= i0) return;
-  switch (bits) {
-    case 1: AccumulateT<1>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
-    case 2: AccumulateT<2>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
-    case 3: AccumulateT<3>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
-    default: AccumulateT<4>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); break;
-  }
+  WithBits(bits, [&](auto b) { AccumulateT<b()>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); });
 }
 
 }  // namespace HWY_NAMESPACE
