@@ -1,10 +1,13 @@
 // Micro-benchmarks generated from the registry: encode, fused scores and fused value
 // accumulation of every method on one run of blocks (4 query rows, as in 4:1 GQA decode).
+// Methods that learn from calibration data learn from the benchmark's own vectors.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/kv/calib/calibrate.h"
 #include "veloxquant/kv/method.h"
 
 namespace {
@@ -16,15 +19,25 @@ constexpr int kRows = 4;
 struct Fixture {
   std::unique_ptr<vq::kv::KeyCodec> kc;
   std::unique_ptr<vq::kv::ValueCodec> vc;
+  std::shared_ptr<const vq::kv::Calibration> calib;
   std::vector<float> x, states, w;
   std::vector<uint8_t> kb, vb;
   explicit Fixture(const std::string& spec) {
-    const vq::kv::Method m = vq::kv::parse_method(spec);
-    kc = m.keys().key_codec({kDim, 0, 1});
-    vc = m.values().value_codec({kDim, 0, 1});
     vq::Rng rng(1);
     x.resize(size_t(kTokens) * kDim);
     for (auto& v : x) v = float(rng.normal());
+    const vq::kv::Method m = vq::kv::parse_method(spec);
+    vq::kv::CodecContext ctx{kDim, 0, 1};
+    if (m.needs_calibration()) {
+      // One KV head without RoPE; the same vectors serve as keys and values.
+      const vq::kv::LayerConfig layer{1, kDim, 0};
+      calib = std::make_shared<vq::kv::Calibration>(vq::kv::calibrate(
+          m, {vq::kv::unweighted_samples(layer, x.data(), x.data(), kTokens, 0)},
+          vq::kv::ModelIdentity{"synthetic", "codec_bench", 0, 1, 1, kDim}, "codec_bench synthetic data"));
+      ctx.calib = &calib->layers[0];
+    }
+    kc = m.keys().key_codec(ctx);
+    vc = m.values().value_codec(ctx);
     kb.resize(size_t(kTokens / kc->block_tokens()) * kc->block_bytes());
     vb.resize(size_t(kTokens / vc->block_tokens()) * vc->block_bytes());
     for (int b = 0; b < kTokens / kc->block_tokens(); ++b) {
