@@ -64,22 +64,28 @@ void BM_Encode(benchmark::State& st, std::string spec) {
   st.SetItemsProcessed(st.iterations() * f.kc->block_tokens());
 }
 
-void BM_Scores(benchmark::State& st, std::string spec) {
+// Scores and accumulation of the whole run, in calls of `tile` tokens (attention makes calls of
+// 256 tokens in decode).
+void BM_Scores(benchmark::State& st, std::string spec, int64_t tile) {
   Fixture f(spec);
   std::vector<float> s(size_t(kRows) * kTokens);
   for (auto _ : st) {
-    f.kc->scores(f.states.data(), kRows, f.kb.data(), 0, 0, kTokens, s.data(), kTokens);
+    for (int64_t a = 0; a < kTokens; a += tile) {
+      f.kc->scores(f.states.data(), kRows, f.kb.data(), 0, a, a + tile, s.data() + a, kTokens);
+    }
     benchmark::DoNotOptimize(s.data());
   }
   st.SetItemsProcessed(st.iterations() * kTokens);
   st.SetBytesProcessed(st.iterations() * int64_t(f.kb.size()));
 }
 
-void BM_Accumulate(benchmark::State& st, std::string spec) {
+void BM_Accumulate(benchmark::State& st, std::string spec, int64_t tile) {
   Fixture f(spec);
   std::vector<float> acc(size_t(kRows) * f.vc->accum_floats());
   for (auto _ : st) {
-    f.vc->accumulate(f.w.data(), kTokens, kRows, f.vb.data(), 0, 0, kTokens, acc.data());
+    for (int64_t a = 0; a < kTokens; a += tile) {
+      f.vc->accumulate(f.w.data() + a, kTokens, kRows, f.vb.data(), 0, a, a + tile, acc.data());
+    }
     benchmark::DoNotOptimize(acc.data());
   }
   st.SetItemsProcessed(st.iterations() * kTokens);
@@ -92,8 +98,10 @@ const int registered = [] {
     if (def->info.name == "ratequant") continue;
     for (const std::string& spec : {def->info.name, def->info.name + ":rot=1"}) {
       benchmark::RegisterBenchmark(("encode/" + spec).c_str(), BM_Encode, spec);
-      benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec);
-      benchmark::RegisterBenchmark(("accumulate/" + spec).c_str(), BM_Accumulate, spec);
+      benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec, kTokens);
+      benchmark::RegisterBenchmark(("accumulate/" + spec).c_str(), BM_Accumulate, spec, kTokens);
+      benchmark::RegisterBenchmark(("scores256/" + spec).c_str(), BM_Scores, spec, 256);
+      benchmark::RegisterBenchmark(("accumulate256/" + spec).c_str(), BM_Accumulate, spec, 256);
     }
   }
   return 0;
