@@ -14,9 +14,10 @@
 // Encoding is the nearest-centroid search with the running minimum in registers (vq_kernels.h).
 // Scoring is the lookup-table form: once per step and query head, the table of <q'_s, c> for every
 // sub-vector s and centroid c (q' = H D (lambda * q), so q.k = q'.(H D (k / lambda))); a token's score
-// is then the sum of its n_sub table entries, gathered 16 tokens at a time. Values accumulate
-// each token's attention weight on its centroids (an accumulator of n_sub * 2^vbits floats per
-// query head) and multiply the codebook once per step; the rotation is undone once.
+// is then the sum of its n_sub table entries (scalar loads, eight tokens at a time, one query row
+// at a time so that its table stays in L1). Values accumulate each token's attention weight on
+// its centroids (an accumulator of n_sub * 2^vbits floats per query head, filled one row at a
+// time) and multiply the codebook once per step; the rotation is undone once.
 //
 // Deviations, stated: the smoothing rule (square root of the channel's maximum magnitude) and the
 // rotation seed shared by all layers (calibration sees a layer's samples without its index) are
@@ -228,16 +229,18 @@ class VecInferKeyCodec final : public KeyCodec {
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
     const size_t sf = query_state_floats();
-    for (int64_t a = i0; a < i1;) {
-      const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
-      const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
-      const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
-      for (int r = 0; r < n_q; ++r) {
+    // Row by row over the whole range: one row's table (32 KB at d = 128, ksub = 4) stays in L1
+    // while the range's indices pass; the tables of several rows at once would not fit.
+    for (int r = 0; r < n_q; ++r) {
+      for (int64_t a = i0; a < i1;) {
+        const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
+        const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
+        const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
         float* o = out + size_t(r) * out_stride + size_t(a - i0);
         std::fill_n(o, n, 0.0f);
         lut_gather_sum(states + size_t(r) * sf, kCentroids, idx, kBlockTokens, book_.n_sub(), int(n), o);
+        a += n;
       }
-      a += n;
     }
   }
 
@@ -278,20 +281,21 @@ class VecInferValueCodec final : public ValueCodec {
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
     const size_t af = accum_floats();
-    for (int64_t a = i0; a < i1;) {
-      const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
-      const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
-      const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
-      for (int r = 0; r < n_q; ++r) {
+    // Row by row, like the scores: one row's accumulator (16 KB at d = 128, vsub = 8) stays in L1.
+    for (int r = 0; r < n_q; ++r) {
+      float* ar = acc + size_t(r) * af;
+      for (int64_t a = i0; a < i1;) {
+        const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
+        const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
+        const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
         const float* wr = w + size_t(r) * w_stride + size_t(a - i0);
-        float* ar = acc + size_t(r) * af;
         for (int s = 0; s < book_.n_sub(); ++s) {
           float* as = ar + size_t(s) * kCentroids;
           const uint8_t* is = idx + size_t(s) * kBlockTokens;
           for (int64_t t = 0; t < n; ++t) as[is[t]] += wr[t];
         }
+        a += n;
       }
-      a += n;
     }
   }
   void finalize(const float* acc, int n_q, float* out) const override {
