@@ -68,6 +68,21 @@ HWY_INLINE hn::Vec<DI> PlaneCodes(const uint8_t* HWY_RESTRICT planes, size_t str
   return idx;
 }
 
+// The same for vectors of 8 lanes and at most 4 planes, in a fixed seven operations instead of
+// a mask load and a select per plane: the eight channels' bits sit in one byte of each plane, so
+// one 32-bit word holds all of them (plane j in byte j); lane L shifts it right by L, keeps bit
+// 0 of each byte, and two shift-or steps bring the bits at 0, 8, 16, 24 down to 0, 1, 2, 3.
+HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
+  const DI di;
+  const hn::RebindToUnsigned<DI> du;
+  uint32_t word = 0;
+  for (int j = 0; j < bits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(i / 8)]) << (8 * j);
+  auto x = hn::And(hn::Shr(hn::Set(du, word), hn::Iota(du, 0)), hn::Set(du, 0x01010101u));
+  x = hn::Or(x, hn::ShiftRight<7>(x));
+  x = hn::Or(x, hn::ShiftRight<14>(x));
+  return hn::BitCast(di, hn::And(x, hn::Set(du, (1u << bits) - 1)));
+}
+
 HWY_INLINE hn::Vec<DF> LookupIdx(hn::Vec<DI> idx, const float* HWY_RESTRICT levels, int n_levels, hn::Vec<DF> table) {
   const DF df;
   if (n_levels <= int(hn::Lanes(df))) return hn::TableLookupLanes(table, hn::IndicesFromVec(df, idx));
@@ -83,7 +98,8 @@ void LutAffinePlanesChannels(const uint8_t* HWY_RESTRICT planes, int n, int bits
   int i = 0;
   if (N >= 8) {
     for (; i + N <= n; i += N) {
-      const auto l = LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table);
+      const auto codes = N == 8 && bits <= 4 ? PlaneCodes8(planes, stride, bits, i) : PlaneCodes(planes, stride, bits, i);
+      const auto l = LookupIdx(codes, levels, K, table);
       hn::StoreU(hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l)), df, out + i);
     }
   }
@@ -100,7 +116,8 @@ void LutAffinePlanes(const uint8_t* HWY_RESTRICT planes, int n, int bits, const 
   int i = 0;
   if (N >= 8) {
     for (; i + N <= n; i += N) {
-      hn::StoreU(hn::Add(vz, hn::Mul(vs, LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table))), df, out + i);
+      const auto codes = N == 8 && bits <= 4 ? PlaneCodes8(planes, stride, bits, i) : PlaneCodes(planes, stride, bits, i);
+      hn::StoreU(hn::Add(vz, hn::Mul(vs, LookupIdx(codes, levels, K, table))), df, out + i);
     }
   }
   for (; i < n; ++i) out[i] = zero + scale * levels[plane_code(planes, n, bits, i)];

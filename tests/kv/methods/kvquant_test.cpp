@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "src/core/rng.h"
 #include "src/kv/calib/calibrate.h"
+#include "src/kv/lut_kernels.h"
 #include "src/kv/rope_table.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
@@ -26,6 +28,39 @@ TEST(Method_kvquant, FusedEqualsReference) {
   for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4", "kvquant:outliers=0", "kvquant:bits=2,outliers=0.05"}) {
     check_calibrated_codec(spec, {64, 100, 128, 256}, 1000, 512);
   }
+}
+
+// The bit-plane lookups that decode keys and values give, channel by channel, the scalar
+// formula on plane_code's codes: every width the planes allow, channel counts with and without a
+// tail, on the best target and the portable ones. (The codec's reference decodes with these same
+// kernels, so FusedEqualsReference alone would not see a wrong code.)
+void check_plane_lookups() {
+  Rng rng(17);
+  for (int bits = 1; bits <= 4; ++bits) {
+    for (int n : {8, 16, 64, 100, 128, 136}) {
+      std::vector<uint8_t> codes(static_cast<size_t>(n)), planes(size_t(bits) * plane_bytes(n));
+      for (auto& c : codes) c = uint8_t(rng.next_u64() % (1u << bits));
+      pack_planes(codes.data(), n, bits, planes.data());
+      std::vector<float> levels(size_t(1) << bits), base(static_cast<size_t>(n)), scale(static_cast<size_t>(n));
+      for (auto& x : levels) x = float(rng.normal());
+      for (auto& x : base) x = float(rng.normal());
+      for (auto& x : scale) x = float(rng.normal());
+      std::vector<float> ch(static_cast<size_t>(n)), one(static_cast<size_t>(n));
+      lut_affine_planes_channels(planes.data(), n, bits, levels.data(), base.data(), scale.data(), ch.data());
+      lut_affine_planes(planes.data(), n, bits, levels.data(), 0.25f, 1.5f, one.data());
+      for (int c = 0; c < n; ++c) {
+        ASSERT_EQ(plane_code(planes.data(), n, bits, c), codes[size_t(c)]);
+        const float l = levels[codes[size_t(c)]];
+        EXPECT_EQ(ch[size_t(c)], base[size_t(c)] + scale[size_t(c)] * l) << "bits " << bits << " n " << n << " c " << c;
+        EXPECT_EQ(one[size_t(c)], 0.25f + 1.5f * l) << "bits " << bits << " n " << n << " c " << c;
+      }
+    }
+  }
+}
+
+TEST(Method_kvquant, PlaneLookupsDecodeEveryCode) {
+  check_plane_lookups();
+  EXPECT_GE(for_each_portable_target(check_plane_lookups), 1);
 }
 
 TEST(Method_kvquant, BitsPerElementCountEverything) {
