@@ -57,8 +57,9 @@ void LutAffine(const uint8_t* HWY_RESTRICT codes, int n, const float* HWY_RESTRI
   for (; i < n; ++i) out[i] = zero + scale * levels[codes[i]];
 }
 
-// Codes of channels i .. i+N from the bit planes (i a multiple of 8).
-HWY_INLINE hn::Vec<DI> PlaneCodes(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
+// Codes of channels i .. i+N from the bit planes (i a multiple of 8): a mask load and a select
+// per plane, for any vector width.
+HWY_INLINE hn::Vec<DI> PlaneCodesMasked(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
   const DI di;
   auto idx = hn::Zero(di);
   for (int j = 0; j < bits; ++j) {
@@ -83,6 +84,12 @@ HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t st
   return hn::BitCast(di, hn::And(x, hn::Set(du, (1u << bits) - 1)));
 }
 
+// Codes of channels i .. i+N from the bit planes, by the cheaper of the two ways this width allows.
+HWY_INLINE hn::Vec<DI> PlaneCodes(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
+  if (hn::Lanes(DI()) == 8 && bits <= 4) return PlaneCodes8(planes, stride, bits, i);
+  return PlaneCodesMasked(planes, stride, bits, i);
+}
+
 HWY_INLINE hn::Vec<DF> LookupIdx(hn::Vec<DI> idx, const float* HWY_RESTRICT levels, int n_levels, hn::Vec<DF> table) {
   const DF df;
   if (n_levels <= int(hn::Lanes(df))) return hn::TableLookupLanes(table, hn::IndicesFromVec(df, idx));
@@ -98,8 +105,7 @@ void LutAffinePlanesChannels(const uint8_t* HWY_RESTRICT planes, int n, int bits
   int i = 0;
   if (N >= 8) {
     for (; i + N <= n; i += N) {
-      const auto codes = N == 8 && bits <= 4 ? PlaneCodes8(planes, stride, bits, i) : PlaneCodes(planes, stride, bits, i);
-      const auto l = LookupIdx(codes, levels, K, table);
+      const auto l = LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table);
       hn::StoreU(hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l)), df, out + i);
     }
   }
@@ -116,8 +122,7 @@ void LutAffinePlanes(const uint8_t* HWY_RESTRICT planes, int n, int bits, const 
   int i = 0;
   if (N >= 8) {
     for (; i + N <= n; i += N) {
-      const auto codes = N == 8 && bits <= 4 ? PlaneCodes8(planes, stride, bits, i) : PlaneCodes(planes, stride, bits, i);
-      hn::StoreU(hn::Add(vz, hn::Mul(vs, LookupIdx(codes, levels, K, table))), df, out + i);
+      hn::StoreU(hn::Add(vz, hn::Mul(vs, LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table))), df, out + i);
     }
   }
   for (; i < n; ++i) out[i] = zero + scale * levels[plane_code(planes, n, bits, i)];
