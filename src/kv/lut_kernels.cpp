@@ -73,20 +73,33 @@ HWY_INLINE hn::Vec<DI> PlaneCodesMasked(const uint8_t* HWY_RESTRICT planes, size
 // a mask load and a select per plane: the eight channels' bits sit in one byte of each plane, so
 // one 32-bit word holds all of them (plane j in byte j); lane L shifts it right by L, keeps bit
 // 0 of each byte, and two shift-or steps bring the bits at 0, 8, 16, 24 down to 0, 1, 2, 3.
-HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
+template <int kBits>
+HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int i) {
   const DI di;
   const hn::RebindToUnsigned<DI> du;
   uint32_t word = 0;
-  for (int j = 0; j < bits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(i / 8)]) << (8 * j);
+  for (int j = 0; j < kBits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(i / 8)]) << (8 * j);
   auto x = hn::And(hn::Shr(hn::Set(du, word), hn::Iota(du, 0)), hn::Set(du, 0x01010101u));
   x = hn::Or(x, hn::ShiftRight<7>(x));
   x = hn::Or(x, hn::ShiftRight<14>(x));
-  return hn::BitCast(di, hn::And(x, hn::Set(du, (1u << bits) - 1)));
+  return hn::BitCast(di, hn::And(x, hn::Set(du, (1u << kBits) - 1)));
 }
 
-// Codes of channels i .. i+N from the bit planes, by the cheaper of the two ways this width allows.
+// Codes of channels i .. i+N from the bit planes, by the cheaper of the two ways this width
+// allows. kBits is the width when known at compile time (1..4), else 0 and `bits` gives it.
+template <int kBits>
 HWY_INLINE hn::Vec<DI> PlaneCodes(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
-  if (hn::Lanes(DI()) == 8 && bits <= 4) return PlaneCodes8(planes, stride, bits, i);
+  if constexpr (kBits >= 1 && kBits <= 4) {
+    if (hn::Lanes(DI()) == 8) return PlaneCodes8<kBits>(planes, stride, i);
+  }
+  if (hn::Lanes(DI()) == 8 && bits <= 4) {
+    switch (bits) {
+      case 1: return PlaneCodes8<1>(planes, stride, i);
+      case 2: return PlaneCodes8<2>(planes, stride, i);
+      case 3: return PlaneCodes8<3>(planes, stride, i);
+      default: return PlaneCodes8<4>(planes, stride, i);
+    }
+  }
   return PlaneCodesMasked(planes, stride, bits, i);
 }
 
@@ -96,36 +109,78 @@ HWY_INLINE hn::Vec<DF> LookupIdx(hn::Vec<DI> idx, const float* HWY_RESTRICT leve
   return hn::GatherIndex(df, levels, idx);
 }
 
-void LutAffinePlanesChannels(const uint8_t* HWY_RESTRICT planes, int n, int bits, const float* HWY_RESTRICT levels,
-                             const float* HWY_RESTRICT base, const float* HWY_RESTRICT scale, float* HWY_RESTRICT out) {
+// One row of bit-plane codes: out[c] = base[c] + scale[c] * level (kChannels) or
+// zero + mul * level, the multiply and the add kept apart (the same bits on every target).
+template <int kBits, bool kChannels>
+HWY_INLINE void AffinePlanesRow(const uint8_t* HWY_RESTRICT planes, int n, int bits, const float* HWY_RESTRICT levels,
+                                hn::Vec<DF> table, const float* HWY_RESTRICT base, const float* HWY_RESTRICT scale,
+                                float zero, float mul, float* HWY_RESTRICT out) {
   const DF df;
   const int N = int(hn::Lanes(df)), K = 1 << bits;
   const size_t stride = plane_bytes(n);
-  const auto table = LevelTable(levels, K);
   int i = 0;
   if (N >= 8) {
+    const auto vz = hn::Set(df, zero), vs = hn::Set(df, mul);
     for (; i + N <= n; i += N) {
-      const auto l = LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table);
-      hn::StoreU(hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l)), df, out + i);
+      const auto l = LookupIdx(PlaneCodes<kBits>(planes, stride, bits, i), levels, K, table);
+      const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
+                               : hn::Add(vz, hn::Mul(vs, l));
+      hn::StoreU(y, df, out + i);
     }
   }
-  for (; i < n; ++i) out[i] = base[i] + scale[i] * levels[plane_code(planes, n, bits, i)];
+  for (; i < n; ++i) {
+    const float l = levels[plane_code(planes, n, bits, i)];
+    out[i] = kChannels ? base[i] + scale[i] * l : zero + mul * l;
+  }
+}
+
+// n_rows rows (codes at planes + r * row_stride, out at out + r * out_stride), with the level
+// table built once and the plane width fixed at compile time where it is 1..4.
+template <int kBits, bool kChannels>
+HWY_INLINE void AffinePlanesRowsT(const uint8_t* HWY_RESTRICT planes, size_t row_stride, int n_rows, int n, int bits,
+                                  const float* HWY_RESTRICT levels, const float* HWY_RESTRICT base,
+                                  const float* HWY_RESTRICT scale, const float* HWY_RESTRICT zero,
+                                  const float* HWY_RESTRICT mul, float* HWY_RESTRICT out, size_t out_stride) {
+  const auto table = LevelTable(levels, 1 << bits);
+  for (int r = 0; r < n_rows; ++r) {
+    AffinePlanesRow<kBits, kChannels>(planes + size_t(r) * row_stride, n, bits, levels, table, base, scale,
+                                      kChannels ? 0.0f : zero[r], kChannels ? 0.0f : mul[r], out + size_t(r) * out_stride);
+  }
+}
+
+template <bool kChannels>
+HWY_INLINE void AffinePlanesRows(const uint8_t* planes, size_t row_stride, int n_rows, int n, int bits,
+                                 const float* levels, const float* base, const float* scale, const float* zero,
+                                 const float* mul, float* out, size_t out_stride) {
+  switch (bits) {
+    case 1: return AffinePlanesRowsT<1, kChannels>(planes, row_stride, n_rows, n, bits, levels, base, scale, zero, mul, out, out_stride);
+    case 2: return AffinePlanesRowsT<2, kChannels>(planes, row_stride, n_rows, n, bits, levels, base, scale, zero, mul, out, out_stride);
+    case 3: return AffinePlanesRowsT<3, kChannels>(planes, row_stride, n_rows, n, bits, levels, base, scale, zero, mul, out, out_stride);
+    case 4: return AffinePlanesRowsT<4, kChannels>(planes, row_stride, n_rows, n, bits, levels, base, scale, zero, mul, out, out_stride);
+    default: return AffinePlanesRowsT<0, kChannels>(planes, row_stride, n_rows, n, bits, levels, base, scale, zero, mul, out, out_stride);
+  }
+}
+
+void LutAffinePlanesChannels(const uint8_t* HWY_RESTRICT planes, int n, int bits, const float* HWY_RESTRICT levels,
+                             const float* HWY_RESTRICT base, const float* HWY_RESTRICT scale, float* HWY_RESTRICT out) {
+  AffinePlanesRows<true>(planes, 0, 1, n, bits, levels, base, scale, nullptr, nullptr, out, 0);
 }
 
 void LutAffinePlanes(const uint8_t* HWY_RESTRICT planes, int n, int bits, const float* HWY_RESTRICT levels, float zero,
                      float scale, float* HWY_RESTRICT out) {
-  const DF df;
-  const int N = int(hn::Lanes(df)), K = 1 << bits;
-  const size_t stride = plane_bytes(n);
-  const auto table = LevelTable(levels, K);
-  const auto vz = hn::Set(df, zero), vs = hn::Set(df, scale);
-  int i = 0;
-  if (N >= 8) {
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::Add(vz, hn::Mul(vs, LookupIdx(PlaneCodes(planes, stride, bits, i), levels, K, table))), df, out + i);
-    }
-  }
-  for (; i < n; ++i) out[i] = zero + scale * levels[plane_code(planes, n, bits, i)];
+  AffinePlanesRows<false>(planes, 0, 1, n, bits, levels, nullptr, nullptr, &zero, &scale, out, 0);
+}
+
+void LutAffinePlanesChannelsRows(const uint8_t* HWY_RESTRICT planes, size_t row_stride, int n_rows, int n, int bits,
+                                 const float* HWY_RESTRICT levels, const float* HWY_RESTRICT base,
+                                 const float* HWY_RESTRICT scale, float* HWY_RESTRICT out, size_t out_stride) {
+  AffinePlanesRows<true>(planes, row_stride, n_rows, n, bits, levels, base, scale, nullptr, nullptr, out, out_stride);
+}
+
+void LutAffinePlanesRows(const uint8_t* HWY_RESTRICT planes, size_t row_stride, int n_rows, int n, int bits,
+                         const float* HWY_RESTRICT levels, const float* HWY_RESTRICT zero,
+                         const float* HWY_RESTRICT scale, float* HWY_RESTRICT out, size_t out_stride) {
+  AffinePlanesRows<false>(planes, row_stride, n_rows, n, bits, levels, nullptr, nullptr, zero, scale, out, out_stride);
 }
 
 void ComposeAngles(const float* HWY_RESTRICT hc, const float* HWY_RESTRICT hs, const float* HWY_RESTRICT lc,
@@ -144,8 +199,8 @@ void ComposeAngles(const float* HWY_RESTRICT hc, const float* HWY_RESTRICT hs, c
   }
 }
 
-void RotatePairs(float* HWY_RESTRICT a, float* HWY_RESTRICT b, int n, const float* HWY_RESTRICT cs,
-                 const float* HWY_RESTRICT sn, float sign) {
+HWY_INLINE void RotatePairsRow(float* HWY_RESTRICT a, float* HWY_RESTRICT b, int n, const float* HWY_RESTRICT cs,
+                               const float* HWY_RESTRICT sn, float sign) {
   const DF df;
   const int N = int(hn::Lanes(df));
   const auto vsign = hn::Set(df, sign);
@@ -160,6 +215,20 @@ void RotatePairs(float* HWY_RESTRICT a, float* HWY_RESTRICT b, int n, const floa
     const float s = sign * sn[i], x0 = a[i], x1 = b[i];
     a[i] = x0 * cs[i] - x1 * s;
     b[i] = x0 * s + x1 * cs[i];
+  }
+}
+
+void RotatePairs(float* HWY_RESTRICT a, float* HWY_RESTRICT b, int n, const float* HWY_RESTRICT cs,
+                 const float* HWY_RESTRICT sn, float sign) {
+  RotatePairsRow(a, b, n, cs, sn, sign);
+}
+
+void RotateHalvesRows(float* HWY_RESTRICT x, size_t stride, int n_rows, int half, const float* HWY_RESTRICT angles,
+                      size_t angle_stride, float sign) {
+  for (int r = 0; r < n_rows; ++r) {
+    float* row = x + size_t(r) * stride;
+    const float* cs = angles + size_t(r) * angle_stride;
+    RotatePairsRow(row, row + half, half, cs, cs + half, sign);
   }
 }
 
@@ -192,6 +261,23 @@ void lut_affine_planes(const uint8_t* planes, int n, int bits, const float* leve
   HWY_DYNAMIC_DISPATCH(LutAffinePlanes)(planes, n, bits, levels, zero, scale, out);
 }
 HWY_EXPORT(RotatePairs);
+HWY_EXPORT(LutAffinePlanesChannelsRows);
+HWY_EXPORT(LutAffinePlanesRows);
+HWY_EXPORT(RotateHalvesRows);
+
+void lut_affine_planes_channels_rows(const uint8_t* planes, size_t row_stride, int n_rows, int n, int bits,
+                                     const float* levels, const float* base, const float* scale, float* out,
+                                     size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(LutAffinePlanesChannelsRows)(planes, row_stride, n_rows, n, bits, levels, base, scale, out, out_stride);
+}
+void lut_affine_planes_rows(const uint8_t* planes, size_t row_stride, int n_rows, int n, int bits, const float* levels,
+                            const float* zero, const float* scale, float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(LutAffinePlanesRows)(planes, row_stride, n_rows, n, bits, levels, zero, scale, out, out_stride);
+}
+void rotate_halves_rows(float* x, size_t stride, int n_rows, int half, const float* angles, size_t angle_stride,
+                        float sign) {
+  HWY_DYNAMIC_DISPATCH(RotateHalvesRows)(x, stride, n_rows, half, angles, angle_stride, sign);
+}
 
 void lut_affine_channels(const uint8_t* codes, int n, const float* levels, int n_levels, const float* base,
                          const float* scale, float* out) {

@@ -23,6 +23,15 @@ void lut_affine_planes_channels(const uint8_t* planes, int n, int bits, const fl
                                 const float* scale, float* out);
 // out[c] = zero + scale * levels[code c]
 void lut_affine_planes(const uint8_t* planes, int n, int bits, const float* levels, float zero, float scale, float* out);
+// The same for n_rows rows in one call (codes of row r at planes + r * row_stride, its output at
+// out + r * out_stride), each row's bits exactly as the one-row call gives them: the level table
+// is built once and the width fixed at compile time, so a run of tokens pays no per-row setup.
+void lut_affine_planes_channels_rows(const uint8_t* planes, size_t row_stride, int n_rows, int n, int bits,
+                                     const float* levels, const float* base, const float* scale, float* out,
+                                     size_t out_stride);
+// Per row r: out = zero[r] + scale[r] * levels[code].
+void lut_affine_planes_rows(const uint8_t* planes, size_t row_stride, int n_rows, int n, int bits, const float* levels,
+                            const float* zero, const float* scale, float* out, size_t out_stride);
 
 // out[c] = base[c] + scale[c] * levels[codes[c]]  (codes < n_levels <= 16)
 void lut_affine_channels(const uint8_t* codes, int n, const float* levels, int n_levels, const float* base,
@@ -33,5 +42,9 @@ void lut_affine(const uint8_t* codes, int n, const float* levels, int n_levels, 
 void compose_angles(const float* hc, const float* hs, const float* lc, const float* ls, int n, float* cs, float* sn);
 // (a[i], b[i]) <- (a[i] * cs[i] - b[i] * s[i], a[i] * s[i] + b[i] * cs[i]) with s = sign * sn
 void rotate_pairs(float* a, float* b, int n, const float* cs, const float* sn, float sign);
+// rotate_pairs on n_rows rows of 2 * half floats (row r at x + r * stride, its halves paired),
+// row r by cos angles + r * angle_stride and sin that + half.
+void rotate_halves_rows(float* x, size_t stride, int n_rows, int half, const float* angles, size_t angle_stride,
+                        float sign);
 
 }  // namespace vq::kv

@@ -101,4 +101,14 @@ void RopeTable::rotate_by(float* x, const float* cs, const float* sn, bool inver
   }
 }
 
+void RopeTable::rotate_low_rows(float* x, size_t stride, int n, int b0, bool inverse) const {
+  if (identity()) return;
+  VQ_CHECK(b0 >= 0 && n >= 0 && b0 + n <= kSegment, "RoPE: rows beyond the low table");
+  if (spec_.style == RopeSpec::Style::kNeox) {
+    rotate_halves_rows(x, stride, n, half_, low(b0), size_t(2) * half_, inverse ? -1.0f : 1.0f);
+    return;
+  }
+  for (int r = 0; r < n; ++r) rotate_by(x + size_t(r) * stride, low(b0 + r), low(b0 + r) + half_, inverse);
+}
+
 }  // namespace vq::kv

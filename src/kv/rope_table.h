@@ -40,6 +40,9 @@ class RopeTable {
   // cos then sin (pairs() floats each) of 256 a theta_i, and of b theta_i for b < 256.
   const float* segment(int64_t a) const;
   const float* low(int b) const { return low_.data() + size_t(b) * 2 * half_; }
+  // Rows x + r * stride (r < n) rotated by the low-table angles of b0 + r (b0 + n <= 256), each
+  // row's bits the same as rotate_by(row, low(b0 + r), ...) gives.
+  void rotate_low_rows(float* x, size_t stride, int n, int b0, bool inverse) const;
   // Bytes held: the low table and the segments made so far.
   size_t bytes() const;
 

@@ -62,6 +62,31 @@ TEST(RopeTable, MatchesTheModelsRotation) {
   }
 }
 
+// Rotating a run of rows by consecutive low-table angles gives each row the bits that rotating
+// it alone gives, for both pairings and either direction.
+TEST(RopeTable, LowRowsEqualOneRowAtATime) {
+  Rng rng(2);
+  for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kNorm}) {
+    for (int d : {64, 100, 128}) {
+      const RopeTable t(d, spec(style, 10000.0f));
+      const int n = 7, b0 = 249;
+      const size_t stride = size_t(d) + 3;
+      std::vector<float> x(stride * n);
+      for (auto& v : x) v = float(rng.normal());
+      for (bool inverse : {false, true}) {
+        std::vector<float> rows = x, one = x;
+        t.rotate_low_rows(rows.data(), stride, n, b0, inverse);
+        for (int r = 0; r < n; ++r) {
+          const float* a = t.low(b0 + r);
+          t.rotate_by(one.data() + size_t(r) * stride, a, a + d / 2, inverse);
+        }
+        EXPECT_EQ(rows, one) << "d " << d << " inverse " << inverse;
+      }
+      EXPECT_THROW(t.rotate_low_rows(x.data(), stride, 8, 250, false), Error);
+    }
+  }
+}
+
 TEST(Nuq, KMeansFindsClustersAndFollowsWeights) {
   std::vector<WeightedSample> s;
   Rng rng(2);

@@ -46,7 +46,6 @@
 
 #include "src/core/fp16.h"
 #include "src/kv/calib/nuq.h"
-#include "src/kv/decode_tiles.h"
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/registry.h"
@@ -58,6 +57,7 @@ namespace vq::kv {
 namespace {
 
 constexpr int kBlockTokens = 16;
+constexpr int kRun = 16;  // rows decoded per kernel call in the fused paths
 constexpr int kMaxHeadDim = 4096;
 
 struct Settings {
@@ -217,10 +217,12 @@ class KvqKeyCodec final : public KeyCodec {
   void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
 
   // RoPE on the fly from the stored pre-RoPE codes, split as R(p) = R(256 a) R(b): within one
-  // segment of 256 positions the query rows are turned back by R(256 a) once, and each token is
+  // segment of 256 positions the query rows are turned back by R(256 a) once, and the tokens are
   // dequantized (levels, ranges, outliers) and turned by R(b) straight from the table into a
   // scratch of at most 256 tokens, then scored by the shared float kernel. No full-length key
   // cache is built; q . R(p) k is the same number as (R(256 a)^T q) . (R(b) k) up to rounding.
+  // Rows are decoded kRun at a time (tokens' rows are contiguous across blocks), a run small
+  // enough to stay in L1 between its three steps.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
     thread_local std::vector<float> tile, qrot;
@@ -238,13 +240,11 @@ class KvqKeyCodec final : public KeyCodec {
         for (int r = 0; r < n_q; ++r) rope_.rotate_by(qrot.data() + size_t(r) * d_, hs, hs + half, /*inverse=*/true);
         q = qrot.data();
       }
-      for (int64_t i = a; i < b; ++i) {
+      for (int64_t i = a; i < b; i += kRun) {
+        const int n = int(std::min<int64_t>(kRun, b - i));
         float* x = tile.data() + size_t(i - a) * d_;
-        decode_pre(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_, x);
-        if (!rope_.identity()) {
-          const float* lo = rope_.low(int((pos0 + i) % kSeg));
-          rope_.rotate_by(x, lo, lo + half, /*inverse=*/false);
-        }
+        decode_pre_rows(blocks + size_t(i) * row_, n, x);
+        rope_.rotate_low_rows(x, size_t(d_), n, int((pos0 + i) % kSeg), /*inverse=*/false);
       }
       float_scores(q, n_q, size_t(d_), tile.data(), size_t(d_), b - a, d_, out + (a - i0), out_stride);
       a = b;
@@ -260,9 +260,16 @@ class KvqKeyCodec final : public KeyCodec {
   }
 
   // The key before RoPE: levels scaled into each channel's range, outliers patched in.
-  void decode_pre(const uint8_t* row, float* x) const {
-    lut_affine_planes_channels(row, d_, s_.bits, type_.levels.data(), mid_.data(), half_.data(), x);
-    if (S_ > 0) patch_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x);
+  void decode_pre(const uint8_t* row, float* x) const { decode_pre_rows(row, 1, x); }
+  // The same for n consecutive rows (rows + r * row_) into x + r * d.
+  void decode_pre_rows(const uint8_t* rows, int n, float* x) const {
+    lut_affine_planes_channels_rows(rows, row_, n, d_, s_.bits, type_.levels.data(), mid_.data(), half_.data(), x,
+                                    size_t(d_));
+    if (S_ == 0) return;
+    for (int r = 0; r < n; ++r) {
+      const uint8_t* row = rows + size_t(r) * row_;
+      patch_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x + size_t(r) * d_);
+    }
   }
 
   int d_;
@@ -319,25 +326,35 @@ class KvqValueCodec final : public ValueCodec {
 
   size_t accum_floats() const override { return size_t(d_); }
   // Tokens are dequantized (levels, scale and zero, outliers) into a scratch of at most 256
-  // tokens and accumulated by the shared float kernel.
+  // tokens, kRun rows per call, and accumulated by the shared float kernel.
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    decode_tiles(
-        i0, i1, d_,
-        [&](int64_t i, float* x) {
-          decode_row(blocks + size_t(i / kBlockTokens) * block_bytes() + size_t(i % kBlockTokens) * row_, x);
-        },
-        [&](int64_t a, int64_t n, const float* tile) {
-          float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, size_t(d_));
-        });
+    constexpr int64_t kTile = 256;
+    thread_local std::vector<float> tile;
+    tile.resize(size_t(kTile) * d_);
+    for (int64_t a = i0; a < i1; a += kTile) {
+      const int64_t b = std::min(i1, a + kTile);
+      for (int64_t i = a; i < b; i += kRun) {
+        decode_rows(blocks + size_t(i) * row_, int(std::min<int64_t>(kRun, b - i)), tile.data() + size_t(i - a) * d_);
+      }
+      float_accumulate(w + (a - i0), w_stride, n_q, tile.data(), size_t(d_), b - a, d_, acc, size_t(d_));
+    }
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
 
  private:
-  void decode_row(const uint8_t* row, float* x) const {
-    const float scale = f16_to_f32(get_u16(row)), zero = f16_to_f32(get_u16(row + 2));
-    lut_affine_planes(row + 4, d_, s_.bits, type_.levels.data(), zero, scale, x);
-    patch_outliers(row + 4 + cb_, S_, S_, ib_, d_, x);
+  void decode_row(const uint8_t* row, float* x) const { decode_rows(row, 1, x); }
+  // n consecutive rows (rows + r * row_) into x + r * d.
+  void decode_rows(const uint8_t* rows, int n, float* x) const {
+    float zero[kRun], scale[kRun];
+    VQ_CHECK(n <= kRun, "kvquant: more rows than one run");
+    for (int r = 0; r < n; ++r) {
+      const uint8_t* row = rows + size_t(r) * row_;
+      scale[r] = f16_to_f32(get_u16(row));
+      zero[r] = f16_to_f32(get_u16(row + 2));
+    }
+    lut_affine_planes_rows(rows + 4, row_, n, d_, s_.bits, type_.levels.data(), zero, scale, x, size_t(d_));
+    for (int r = 0; r < n; ++r) patch_outliers(rows + size_t(r) * row_ + 4 + cb_, S_, S_, ib_, d_, x + size_t(r) * d_);
   }
 
   int d_;

@@ -3,6 +3,7 @@
 // exactly; bits per element follow the row layout; the codec refuses to run uncalibrated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -48,6 +49,28 @@ void check_plane_lookups() {
       std::vector<float> ch(static_cast<size_t>(n)), one(static_cast<size_t>(n));
       lut_affine_planes_channels(planes.data(), n, bits, levels.data(), base.data(), scale.data(), ch.data());
       lut_affine_planes(planes.data(), n, bits, levels.data(), 0.25f, 1.5f, one.data());
+      // Several rows of different codes in one call (at a stride wider than a row) give each
+      // row's bits.
+      const int rows = 3;
+      const size_t in_stride = planes.size() + 5, out_stride = size_t(n) + 3;
+      std::vector<uint8_t> many(in_stride * rows), row_codes(static_cast<size_t>(n));
+      for (int r = 0; r < rows; ++r) {
+        for (auto& c : row_codes) c = uint8_t(rng.next_u64() % (1u << bits));
+        pack_planes(row_codes.data(), n, bits, many.data() + r * in_stride);
+      }
+      const float zeros[rows] = {0.25f, -1.0f, 3.0f}, scales[rows] = {1.5f, 0.5f, -2.0f};
+      std::vector<float> ch_rows(out_stride * rows), one_rows(out_stride * rows), expect(static_cast<size_t>(n));
+      lut_affine_planes_channels_rows(many.data(), in_stride, rows, n, bits, levels.data(), base.data(), scale.data(),
+                                      ch_rows.data(), out_stride);
+      lut_affine_planes_rows(many.data(), in_stride, rows, n, bits, levels.data(), zeros, scales, one_rows.data(),
+                             out_stride);
+      for (int r = 0; r < rows; ++r) {
+        const uint8_t* pr = many.data() + r * in_stride;
+        lut_affine_planes_channels(pr, n, bits, levels.data(), base.data(), scale.data(), expect.data());
+        EXPECT_TRUE(std::equal(expect.begin(), expect.end(), ch_rows.begin() + ptrdiff_t(r * out_stride))) << "row " << r;
+        lut_affine_planes(pr, n, bits, levels.data(), zeros[r], scales[r], expect.data());
+        EXPECT_TRUE(std::equal(expect.begin(), expect.end(), one_rows.begin() + ptrdiff_t(r * out_stride))) << "row " << r;
+      }
       for (int c = 0; c < n; ++c) {
         ASSERT_EQ(plane_code(planes.data(), n, bits, c), codes[size_t(c)]);
         const float l = levels[codes[size_t(c)]];
