@@ -74,15 +74,53 @@ HWY_INLINE hn::Vec<DI> PlaneCodesMasked(const uint8_t* HWY_RESTRICT planes, size
 // one 32-bit word holds all of them (plane j in byte j); lane L shifts it right by L, keeps bit
 // 0 of each byte, and two shift-or steps bring the bits at 0, 8, 16, 24 down to 0, 1, 2, 3.
 template <int kBits>
-HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int i) {
+HWY_INLINE hn::Vec<DI> WordCodes8(uint32_t word) {
   const DI di;
   const hn::RebindToUnsigned<DI> du;
-  uint32_t word = 0;
-  for (int j = 0; j < kBits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(i / 8)]) << (8 * j);
   auto x = hn::And(hn::Shr(hn::Set(du, word), hn::Iota(du, 0)), hn::Set(du, 0x01010101u));
   x = hn::Or(x, hn::ShiftRight<7>(x));
   x = hn::Or(x, hn::ShiftRight<14>(x));
   return hn::BitCast(di, hn::And(x, hn::Set(du, (1u << kBits) - 1)));
+}
+
+template <int kBits>
+HWY_INLINE uint32_t PlaneWord(const uint8_t* HWY_RESTRICT planes, size_t stride, int g) {
+  uint32_t word = 0;
+  for (int j = 0; j < kBits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(g)]) << (8 * j);
+  return word;
+}
+
+template <int kBits>
+HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int i) {
+  return WordCodes8<kBits>(PlaneWord<kBits>(planes, stride, i / 8));
+}
+
+// The words of groups [0, groups) (8 channels each) of one row at once: 16 groups from one
+// 16-byte load per plane, two byte interleaves and two of 16-bit pairs per 8 groups, instead of
+// a byte load, shift and or per plane and group.
+template <int kBits>
+HWY_INLINE void PlaneWords(const uint8_t* HWY_RESTRICT planes, size_t stride, int groups, uint32_t* HWY_RESTRICT words) {
+  int g = 0;
+#if HWY_TARGET != HWY_SCALAR  // (no 128-bit vectors there)
+  const hn::Full128<uint8_t> d8;
+  const hn::Full128<uint16_t> d16;
+  const hn::Full128<uint32_t> d32;
+  for (; g + 16 <= groups; g += 16) {
+    const auto v0 = hn::LoadU(d8, planes + g);
+    const auto v1 = kBits > 1 ? hn::LoadU(d8, planes + stride + g) : hn::Zero(d8);
+    const auto v2 = kBits > 2 ? hn::LoadU(d8, planes + 2 * stride + g) : hn::Zero(d8);
+    const auto v3 = kBits > 3 ? hn::LoadU(d8, planes + 3 * stride + g) : hn::Zero(d8);
+    const auto lo01 = hn::BitCast(d16, hn::InterleaveLower(d8, v0, v1));
+    const auto hi01 = hn::BitCast(d16, hn::InterleaveUpper(d8, v0, v1));
+    const auto lo23 = hn::BitCast(d16, hn::InterleaveLower(d8, v2, v3));
+    const auto hi23 = hn::BitCast(d16, hn::InterleaveUpper(d8, v2, v3));
+    hn::StoreU(hn::BitCast(d32, hn::InterleaveLower(d16, lo01, lo23)), d32, words + g);
+    hn::StoreU(hn::BitCast(d32, hn::InterleaveUpper(d16, lo01, lo23)), d32, words + g + 4);
+    hn::StoreU(hn::BitCast(d32, hn::InterleaveLower(d16, hi01, hi23)), d32, words + g + 8);
+    hn::StoreU(hn::BitCast(d32, hn::InterleaveUpper(d16, hi01, hi23)), d32, words + g + 12);
+  }
+#endif
+  for (; g < groups; ++g) words[g] = PlaneWord<kBits>(planes, stride, g);
 }
 
 // Codes of channels i .. i+N from the bit planes, by the cheaper of the two ways this width
@@ -119,8 +157,21 @@ HWY_INLINE void AffinePlanesRow(const uint8_t* HWY_RESTRICT planes, int n, int b
   const int N = int(hn::Lanes(df)), K = 1 << bits;
   const size_t stride = plane_bytes(n);
   int i = 0;
+  const auto vz = hn::Set(df, zero), vs = hn::Set(df, mul);
+  if constexpr (kBits >= 1 && kBits <= 4) {
+    constexpr int kMaxWords = 128;  // rows up to 1024 channels; longer ones take the loop below
+    if (N == 8 && n <= 8 * kMaxWords) {
+      alignas(16) uint32_t words[kMaxWords];
+      PlaneWords<kBits>(planes, stride, n / 8, words);
+      for (; i + N <= n; i += N) {
+        const auto l = LookupIdx(WordCodes8<kBits>(words[i / 8]), levels, K, table);
+        const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
+                                 : hn::Add(vz, hn::Mul(vs, l));
+        hn::StoreU(y, df, out + i);
+      }
+    }
+  }
   if (N >= 8) {
-    const auto vz = hn::Set(df, zero), vs = hn::Set(df, mul);
     for (; i + N <= n; i += N) {
       const auto l = LookupIdx(PlaneCodes<kBits>(planes, stride, bits, i), levels, K, table);
       const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
