@@ -57,7 +57,7 @@ namespace vq::kv {
 namespace {
 
 constexpr int kBlockTokens = 16;
-constexpr int kRun = 16;  // rows decoded per kernel call in the fused paths
+constexpr int kRun = 16;  // rows per step of the fused paths: decoded by one kernel call, 8 KB at d = 128
 constexpr int kMaxHeadDim = 4096;
 
 struct Settings {
@@ -219,15 +219,16 @@ class KvqKeyCodec final : public KeyCodec {
   // RoPE on the fly from the stored pre-RoPE codes, split as R(p) = R(256 a) R(b): within one
   // segment of 256 positions the query rows are turned back by R(256 a) once, and the tokens are
   // dequantized (levels, ranges, outliers) and turned by R(b) straight from the table into a
-  // scratch of at most 256 tokens, then scored by the shared float kernel. No full-length key
-  // cache is built; q . R(p) k is the same number as (R(256 a)^T q) . (R(b) k) up to rounding.
-  // Rows are decoded kRun at a time (tokens' rows are contiguous across blocks), a run small
-  // enough to stay in L1 between its three steps.
+  // scratch, then scored by the shared float kernel. No full-length key cache is built;
+  // q . R(p) k is the same number as (R(256 a)^T q) . (R(b) k) up to rounding. Rows go kRun at
+  // a time (tokens' rows are contiguous across blocks) through all three steps, so the scratch
+  // stays in L1; kRun is a multiple of the float kernel's tokens per tile, so tokens are grouped
+  // as in one call per segment and the scores have the same bits.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
     thread_local std::vector<float> tile, qrot;
     constexpr int64_t kSeg = RopeTable::kSegment;
-    tile.resize(size_t(kSeg) * d_);
+    tile.resize(size_t(kRun) * d_);
     qrot.resize(size_t(n_q) * d_);
     const int half = d_ / 2;
     for (int64_t a = i0; a < i1;) {
@@ -242,11 +243,10 @@ class KvqKeyCodec final : public KeyCodec {
       }
       for (int64_t i = a; i < b; i += kRun) {
         const int n = int(std::min<int64_t>(kRun, b - i));
-        float* x = tile.data() + size_t(i - a) * d_;
-        decode_pre_rows(blocks + size_t(i) * row_, n, x);
-        rope_.rotate_low_rows(x, size_t(d_), n, int((pos0 + i) % kSeg), /*inverse=*/false);
+        decode_pre_rows(blocks + size_t(i) * row_, n, tile.data());
+        rope_.rotate_low_rows(tile.data(), size_t(d_), n, int((pos0 + i) % kSeg), /*inverse=*/false);
+        float_scores(q, n_q, size_t(d_), tile.data(), size_t(d_), n, d_, out + (i - i0), out_stride);
       }
-      float_scores(q, n_q, size_t(d_), tile.data(), size_t(d_), b - a, d_, out + (a - i0), out_stride);
       a = b;
     }
   }
@@ -325,19 +325,17 @@ class KvqValueCodec final : public ValueCodec {
   }
 
   size_t accum_floats() const override { return size_t(d_); }
-  // Tokens are dequantized (levels, scale and zero, outliers) into a scratch of at most 256
-  // tokens, kRun rows per call, and accumulated by the shared float kernel.
+  // Tokens are dequantized (levels, scale and zero, outliers) kRun rows at a time into a scratch
+  // that stays in L1 and accumulated by the shared float kernel (each accumulator still adds
+  // the tokens in order, so the bits are those of one call).
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    constexpr int64_t kTile = 256;
     thread_local std::vector<float> tile;
-    tile.resize(size_t(kTile) * d_);
-    for (int64_t a = i0; a < i1; a += kTile) {
-      const int64_t b = std::min(i1, a + kTile);
-      for (int64_t i = a; i < b; i += kRun) {
-        decode_rows(blocks + size_t(i) * row_, int(std::min<int64_t>(kRun, b - i)), tile.data() + size_t(i - a) * d_);
-      }
-      float_accumulate(w + (a - i0), w_stride, n_q, tile.data(), size_t(d_), b - a, d_, acc, size_t(d_));
+    tile.resize(size_t(kRun) * d_);
+    for (int64_t i = i0; i < i1; i += kRun) {
+      const int n = int(std::min<int64_t>(kRun, i1 - i));
+      decode_rows(blocks + size_t(i) * row_, n, tile.data());
+      float_accumulate(w + (i - i0), w_stride, n_q, tile.data(), size_t(d_), n, d_, acc, size_t(d_));
     }
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
