@@ -3,6 +3,7 @@
 // Methods that learn from calibration data learn from the benchmark's own vectors.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -31,9 +32,7 @@ struct Fixture {
     if (m.needs_calibration()) {
       // One KV head without RoPE; the same vectors serve as keys and values.
       const vq::kv::LayerConfig layer{1, kDim, 0};
-      calib = std::make_shared<vq::kv::Calibration>(vq::kv::calibrate(
-          m, {vq::kv::unweighted_samples(layer, x.data(), x.data(), kTokens, 0)},
-          vq::kv::ModelIdentity{"synthetic", "codec_bench", 0, 1, 1, kDim}, "codec_bench synthetic data"));
+      calib = vq::kv::calibrate_on_synthetic(m, layer, x.data(), x.data(), kTokens, 1, "codec_bench");
       ctx.calib = &calib->layers[0];
     }
     kc = m.keys().key_codec(ctx);
@@ -96,7 +95,13 @@ const int registered = [] {
   for (const vq::kv::MethodDef* def : vq::kv::registered_methods()) {
     // RateQuant's codecs are its base's at per-layer widths from a calibration: benchmark the base.
     if (def->info.name == "ratequant") continue;
-    for (const std::string& spec : {def->info.name, def->info.name + ":rot=1"}) {
+    // The rotated form too, for the methods that offer rotation as an option.
+    std::vector<std::string> specs{def->info.name};
+    const auto& params = def->info.params;
+    if (std::any_of(params.begin(), params.end(), [](const vq::kv::ParamInfo& p) { return p.name == "rot"; })) {
+      specs.push_back(def->info.name + ":rot=1");
+    }
+    for (const std::string& spec : specs) {
       benchmark::RegisterBenchmark(("encode/" + spec).c_str(), BM_Encode, spec);
       benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec, kTokens);
       benchmark::RegisterBenchmark(("accumulate/" + spec).c_str(), BM_Accumulate, spec, kTokens);
