@@ -34,9 +34,7 @@ inline Calibrated calibrated_on_synthetic(const std::string& spec, int d, int n_
   auto k = make_data(Data::kOutliers, n_tokens, d, 7), v = make_data(Data::kOutliers, n_tokens, d, 8);
   const RopeTable table(d, rope);
   for (int t = 0; t < n_tokens; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
-  const LayerConfig cfg(1, d, 0, 0, rope);
-  auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(cfg, k.data(), v.data(), n_tokens, 0)},
-                                                   ModelIdentity{"test", "none", 0, 1, 1, d}, "synthetic"));
+  auto c = calibrate_on_synthetic(m, LayerConfig(1, d, 0, 0, rope), k.data(), v.data(), n_tokens, 1, "test");
   return {m.with_calibration(c), c};
 }
 

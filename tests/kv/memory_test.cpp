@@ -58,8 +58,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
     Rng rng(5);
     for (auto& x : k) x = float(rng.normal());
     for (auto& x : v) x = float(rng.normal());
-    auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(LayerConfig(1, 128, 0, 0, rope), k.data(), v.data(), 512, 0)},
-                                                     ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
+    auto c = calibrate_on_synthetic(m, LayerConfig(1, 128, 0, 0, rope), k.data(), v.data(), 512, 1, "test");
     check_formula(m.with_calibration(c), 128, 32768, rope);
   }
   // SpectralQuant and CommVQ: per-head bases or codebooks (two KV heads); SpectralQuant's rank
@@ -71,8 +70,7 @@ TEST(Memory, BlocksMatchFormulaAt32kTokens) {
     Rng rng(6);
     for (size_t i = 0; i < k.size(); ++i) k[i] = float(rng.normal() * (i % 128 < 8 ? 6.0 : 1.0));
     for (auto& x : v) x = float(rng.normal());
-    auto c = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(LayerConfig(2, 128, 0, 0, rope), k.data(), v.data(), 512, 0)},
-                                                     ModelIdentity{"t", "t", 0, 1, 2, 128}, "synthetic"));
+    auto c = calibrate_on_synthetic(m, LayerConfig(2, 128, 0, 0, rope), k.data(), v.data(), 512, 1, "test");
     check_formula(m.with_calibration(c), 128, 32768, rope);
   }
 }

@@ -128,12 +128,7 @@ Runner add_attn_bench_command(CLI::App& app) {
         // Calibrated on the synthetic data itself (its first 4096 tokens, every weight 1), the
         // same calibration for every layer.
         const int64_t n = std::min<int64_t>(o->ctx, 4096);
-        auto c = std::make_shared<kv::Calibration>(kv::calibrate(
-            m, {kv::unweighted_samples(layers[0], k.data(), v.data(), n, 0)},
-            kv::ModelIdentity{"synthetic", "attn-bench", 0, 1, o->kv_heads, o->head_dim}, "attn-bench synthetic data"));
-        c->layers.resize(size_t(o->layers), c->layers[0]);
-        c->model.n_layer = o->layers;
-        m = m.with_calibration(c);
+        m = m.with_calibration(kv::calibrate_on_synthetic(m, layers[0], k.data(), v.data(), n, o->layers, "attn-bench"));
       }
       b.spec = m.spec();
       b.bits = m.bits_per_element(o->head_dim);

@@ -49,6 +49,18 @@ LayerSamples unweighted_samples(const LayerConfig& config, const float* keys, co
   return s;
 }
 
+std::shared_ptr<const Calibration> calibrate_on_synthetic(const Method& method, const LayerConfig& config,
+                                                          const float* keys, const float* values, int64_t n,
+                                                          int n_layers, const std::string& tool) {
+  VQ_CHECK(n_layers >= 1, "calibration on synthetic data: no layers");
+  auto c = std::make_shared<Calibration>(
+      calibrate(method, {unweighted_samples(config, keys, values, n, 0)},
+                ModelIdentity{"synthetic", tool, 0, n_layers, config.n_kv_heads, config.head_dim},
+                tool + " synthetic data"));
+  c->layers.resize(size_t(n_layers), c->layers[0]);
+  return c;
+}
+
 struct SampleCollector::Layer {
   LayerConfig config;
   std::unique_ptr<RopeTable> rope;

@@ -3,6 +3,7 @@
 // them (calibrate).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ Calibration calibrate(const Method& method, const std::vector<LayerSamples>& lay
 // positions pos0.., with every sensitivity weight 1 (for synthetic data and tests).
 LayerSamples unweighted_samples(const LayerConfig& config, const float* keys, const float* values, int64_t n,
                                 int64_t pos0);
+
+// A method calibrated on synthetic data rather than a model (benchmarks and tests): n tokens of
+// keys (after RoPE, as `config` describes) and values at positions 0.., every weight 1, learned
+// once and the same calibration given to each of n_layers layers. `tool` names the caller in
+// the calibration's model identity and source.
+std::shared_ptr<const Calibration> calibrate_on_synthetic(const Method& method, const LayerConfig& config,
+                                                          const float* keys, const float* values, int64_t n,
+                                                          int n_layers, const std::string& tool);
 
 // Records what a model hands its cache during calibration: keys turned back to their pre-RoPE
 // form, values, and the sensitivities of LayerSamples. Queries meet the keys of their own chunk

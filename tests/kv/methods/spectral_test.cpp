@@ -102,8 +102,7 @@ TEST(Method_spectral, PerHeadBasesThroughTheCache) {
   };
   const auto ck = make(n), cv = make(n);
   const LayerConfig cfg(H, d, 0, 0, neox());
-  auto calib = std::make_shared<Calibration>(calibrate(m, {unweighted_samples(cfg, ck.data(), cv.data(), n, 0)},
-                                                       ModelIdentity{"test", "none", 0, 1, H, d}, "synthetic"));
+  auto calib = calibrate_on_synthetic(m, cfg, ck.data(), cv.data(), n, 1, "test");
   ASSERT_EQ(calib->layers[0].key_spectral.size(), size_t(H));
   const Method mc = m.with_calibration(calib);
   LayerCache cache(mc, cfg);
