@@ -2,6 +2,8 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/lut_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
+
 #include "hwy/highway.h"
 #include "src/kv/lut_kernels.h"
 
@@ -69,10 +71,11 @@ HWY_INLINE hn::Vec<DI> PlaneCodesMasked(const uint8_t* HWY_RESTRICT planes, size
   return idx;
 }
 
-// The same for vectors of 8 lanes and at most 4 planes, in a fixed seven operations instead of
-// a mask load and a select per plane: the eight channels' bits sit in one byte of each plane, so
-// one 32-bit word holds all of them (plane j in byte j); lane L shifts it right by L, keeps bit
-// 0 of each byte, and two shift-or steps bring the bits at 0, 8, 16, 24 down to 0, 1, 2, 3.
+// The same for vectors of 8 lanes and at most 4 planes, from the group's 32-bit code word, in a
+// fixed seven operations instead of a mask load and a select per plane: the eight channels' bits
+// sit in one byte of each plane, so one word holds all of them (plane j in byte j); lane L shifts
+// it right by L, keeps bit 0 of each byte, and two shift-or steps bring the bits at 0, 8, 16, 24
+// down to 0, 1, 2, 3.
 template <int kBits>
 HWY_INLINE hn::Vec<DI> WordCodes8(uint32_t word) {
   const DI di;
@@ -88,11 +91,6 @@ HWY_INLINE uint32_t PlaneWord(const uint8_t* HWY_RESTRICT planes, size_t stride,
   uint32_t word = 0;
   for (int j = 0; j < kBits; ++j) word |= uint32_t(planes[size_t(j) * stride + size_t(g)]) << (8 * j);
   return word;
-}
-
-template <int kBits>
-HWY_INLINE hn::Vec<DI> PlaneCodes8(const uint8_t* HWY_RESTRICT planes, size_t stride, int i) {
-  return WordCodes8<kBits>(PlaneWord<kBits>(planes, stride, i / 8));
 }
 
 // The words of groups [0, groups) (8 channels each) of one row at once: 16 groups from one
@@ -123,24 +121,6 @@ HWY_INLINE void PlaneWords(const uint8_t* HWY_RESTRICT planes, size_t stride, in
   for (; g < groups; ++g) words[g] = PlaneWord<kBits>(planes, stride, g);
 }
 
-// Codes of channels i .. i+N from the bit planes, by the cheaper of the two ways this width
-// allows. kBits is the width when known at compile time (1..4), else 0 and `bits` gives it.
-template <int kBits>
-HWY_INLINE hn::Vec<DI> PlaneCodes(const uint8_t* HWY_RESTRICT planes, size_t stride, int bits, int i) {
-  if constexpr (kBits >= 1 && kBits <= 4) {
-    if (hn::Lanes(DI()) == 8) return PlaneCodes8<kBits>(planes, stride, i);
-  }
-  if (hn::Lanes(DI()) == 8 && bits <= 4) {
-    switch (bits) {
-      case 1: return PlaneCodes8<1>(planes, stride, i);
-      case 2: return PlaneCodes8<2>(planes, stride, i);
-      case 3: return PlaneCodes8<3>(planes, stride, i);
-      default: return PlaneCodes8<4>(planes, stride, i);
-    }
-  }
-  return PlaneCodesMasked(planes, stride, bits, i);
-}
-
 HWY_INLINE hn::Vec<DF> LookupIdx(hn::Vec<DI> idx, const float* HWY_RESTRICT levels, int n_levels, hn::Vec<DF> table) {
   const DF df;
   if (n_levels <= int(hn::Lanes(df))) return hn::TableLookupLanes(table, hn::IndicesFromVec(df, idx));
@@ -156,28 +136,28 @@ HWY_INLINE void AffinePlanesRow(const uint8_t* HWY_RESTRICT planes, int n, int b
   const DF df;
   const int N = int(hn::Lanes(df)), K = 1 << bits;
   const size_t stride = plane_bytes(n);
-  int i = 0;
   const auto vz = hn::Set(df, zero), vs = hn::Set(df, mul);
+  const auto emit = [&](hn::Vec<DI> codes, int i) {
+    const auto l = LookupIdx(codes, levels, K, table);
+    const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
+                             : hn::Add(vz, hn::Mul(vs, l));
+    hn::StoreU(y, df, out + i);
+  };
+  int i = 0;
   if constexpr (kBits >= 1 && kBits <= 4) {
-    constexpr int kMaxWords = 128;  // rows up to 1024 channels; longer ones take the loop below
-    if (N == 8 && n <= 8 * kMaxWords) {
+    if (N == 8) {  // the code words of up to kMaxWords groups at a time
+      constexpr int kMaxWords = 128;
       alignas(16) uint32_t words[kMaxWords];
-      PlaneWords<kBits>(planes, stride, n / 8, words);
-      for (; i + N <= n; i += N) {
-        const auto l = LookupIdx(WordCodes8<kBits>(words[i / 8]), levels, K, table);
-        const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
-                                 : hn::Add(vz, hn::Mul(vs, l));
-        hn::StoreU(y, df, out + i);
+      for (int g0 = 0; g0 < n / 8; g0 += kMaxWords) {
+        const int groups = std::min(kMaxWords, n / 8 - g0);
+        PlaneWords<kBits>(planes + g0, stride, groups, words);
+        for (int k = 0; k < groups; ++k) emit(WordCodes8<kBits>(words[k]), 8 * (g0 + k));
       }
+      i = n / 8 * 8;
     }
   }
   if (N >= 8) {
-    for (; i + N <= n; i += N) {
-      const auto l = LookupIdx(PlaneCodes<kBits>(planes, stride, bits, i), levels, K, table);
-      const auto y = kChannels ? hn::Add(hn::LoadU(df, base + i), hn::Mul(hn::LoadU(df, scale + i), l))
-                               : hn::Add(vz, hn::Mul(vs, l));
-      hn::StoreU(y, df, out + i);
-    }
+    for (; i + N <= n; i += N) emit(PlaneCodesMasked(planes, stride, bits, i), i);
   }
   for (; i < n; ++i) {
     const float l = levels[plane_code(planes, n, bits, i)];

@@ -38,7 +38,7 @@ TEST(Method_kvquant, FusedEqualsReference) {
 void check_plane_lookups() {
   Rng rng(17);
   for (int bits = 1; bits <= 4; ++bits) {
-    for (int n : {8, 16, 64, 100, 128, 136}) {
+    for (int n : {8, 16, 64, 100, 128, 136, 1096}) {  // 1096: past the 128 code words made at once
       std::vector<uint8_t> codes(static_cast<size_t>(n)), planes(size_t(bits) * plane_bytes(n));
       for (auto& c : codes) c = uint8_t(rng.next_u64() % (1u << bits));
       pack_planes(codes.data(), n, bits, planes.data());
