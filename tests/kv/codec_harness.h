@@ -250,6 +250,19 @@ inline void check_all(const std::string& spec, const std::vector<int>& dims, int
   }
 }
 
+// Runs fn with `target` as the only Highway target chosen, then restores the best one.
+template <typename Fn>
+void run_with_target(int64_t target, Fn& fn) {
+  hwy::SetSupportedTargetsForTest(target);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  {
+    SCOPED_TRACE(hwy::TargetName(target));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
 // Runs fn once with each portable Highway target (EMU128, scalar) this build has, as the only
 // target chosen, and the best target again afterwards; returns how many ran. The portable
 // targets take the narrow-vector paths of the kernels on any machine.
@@ -258,14 +271,21 @@ int for_each_portable_target(Fn fn) {
   int tried = 0;
   for (int64_t target : {int64_t(HWY_EMU128), int64_t(HWY_SCALAR)}) {
     if ((hwy::SupportedTargets() & target) == 0) continue;
-    hwy::SetSupportedTargetsForTest(target);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    {
-      SCOPED_TRACE(hwy::TargetName(target));
-      fn();
-    }
-    hwy::SetSupportedTargetsForTest(0);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    run_with_target(target, fn);
+    ++tried;
+  }
+  return tried;
+}
+
+// Runs fn once with every Highway target this build has and this CPU runs (on an AVX-512 VNNI
+// machine: AVX3_DL, AVX3, AVX2, EMU128, scalar), each as the only target chosen; returns how
+// many ran.
+template <typename Fn>
+int for_each_supported_target(Fn fn) {
+  int tried = 0;
+  const int64_t all = hwy::SupportedTargets();
+  for (int64_t bits = all; bits != 0; bits &= bits - 1) {
+    run_with_target(bits & -bits, fn);
     ++tried;
   }
   return tried;

@@ -81,9 +81,10 @@ void check_plane_lookups() {
   }
 }
 
+// Every target this CPU runs (the AVX2 word builder and mask loads included on an AVX-512 machine).
 TEST(Method_kvquant, PlaneLookupsDecodeEveryCode) {
   check_plane_lookups();
-  EXPECT_GE(for_each_portable_target(check_plane_lookups), 1);
+  EXPECT_GE(for_each_supported_target(check_plane_lookups), 2);
 }
 
 TEST(Method_kvquant, BitsPerElementCountEverything) {

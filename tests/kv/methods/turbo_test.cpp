@@ -28,12 +28,13 @@ TEST(Method_turbo, FusedEqualsReference) {
 }
 
 // Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
-// portable targets read the level table with a gather instead of a register permute.
-TEST(Method_turbo, PortableTargetsMatchReference) {
-  const int tried = for_each_portable_target([] {
+// portable targets read the level table with a gather instead of a register permute, and AVX2
+// blocks its registers differently from AVX-512: every target this CPU runs.
+TEST(Method_turbo, EveryTargetMatchesReference) {
+  const int tried = for_each_supported_target([] {
     for (const char* spec : {"turbo:bits=1", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
   });
-  EXPECT_GE(tried, 1);
+  EXPECT_GE(tried, 2);
 }
 
 // Bytes between two inaccessible pages, against the upper one (at_end) or the lower one: a read
