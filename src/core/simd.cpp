@@ -10,7 +10,11 @@ std::string simd_target_name() {
   // Best target that both the CPU supports and this build compiled.
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
   const int64_t best = supported & -supported;  // lowest bit is the best target
-  return hwy::TargetName(best);
+  std::string name = hwy::TargetName(best);
+  // AVX3_DL is compiled only where a file asks for it (q4.cpp, for vpdpbusd), so on a VNNI CPU
+  // q4's kernels run one target above the rest.
+  if (best == HWY_AVX3 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) name += " (q4: AVX3_DL)";
+  return name;
 }
 
 }  // namespace vq
