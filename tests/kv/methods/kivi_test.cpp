@@ -22,13 +22,13 @@ TEST(Method_kivi, FusedEqualsReference) {
 // The lane kernels change their register blocking with the vector width (four channels and two
 // accumulator sets per pass at 16 lanes, two and one below) and their code lookups with the
 // instruction set (vpermps on AVX-512, a mask and a conversion elsewhere): every target this CPU
-// runs takes its own path (on an AVX-512 machine also AVX2's and the portable ones).
+// runs takes its own path (on an AVX-512 machine also AVX2's and the scalar one).
 TEST(Method_kivi, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
     check_all("kivi:residual=32", {64, 128}, 80);
     check_all("kivi:kbits=4,vbits=4,residual=32", {64}, 80);
   });
-  EXPECT_GE(tried, 2);  // the best target and at least one portable one
+  EXPECT_GE(tried, 2);  // the best target and the scalar one
 }
 
 TEST(Method_kivi, BitsPerElement) {

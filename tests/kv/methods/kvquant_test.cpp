@@ -33,7 +33,7 @@ TEST(Method_kvquant, FusedEqualsReference) {
 
 // The bit-plane lookups that decode keys and values give, channel by channel, the scalar
 // formula on plane_code's codes: every width the planes allow, channel counts with and without a
-// tail, on the best target and the portable ones. (The codec's reference decodes with these same
+// tail, on every target this CPU runs. (The codec's reference decodes with these same
 // kernels, so FusedEqualsReference alone would not see a wrong code.)
 void check_plane_lookups() {
   Rng rng(17);

@@ -28,7 +28,7 @@ TEST(Method_turbo, FusedEqualsReference) {
 }
 
 // Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
-// portable targets read the level table with a gather instead of a register permute, and AVX2
+// scalar target reads the level table with a gather instead of a register permute, and AVX2
 // blocks its registers differently from AVX-512: every target this CPU runs.
 TEST(Method_turbo, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
