@@ -6,12 +6,11 @@
 //
 //   rabitq:bits=B[,seed=S,residual=R,sink=N]     B in 1..4, default 1
 //
-// Each key or value o is stored as its norm |o| and its direction, rotated by P (the project's
-// randomized Hadamard transform, seeded per layer and side). The rotated unit direction u is
-// coded as the grid vector y closest to it in angle (rabitq_codes.h: at B = 1 the sign vector,
-// y = sign(u)/2; at B >= 2 Extended RaBitQ's search over rescaling factors); the quantized
-// direction is o_bar = P^T y / |y|, and the correction <o_bar, o> = <y, u> / |y| is stored with
-// it (layout in rabitq_layout.h). The estimator is the paper's
+// Each key or value o is rotated by P (the project's randomized Hadamard transform, seeded per
+// layer and side). Its unit direction u is coded as the grid vector y closest to it in angle
+// (rabitq_codes.h: at B = 1 the sign vector, y = sign(u)/2; at B >= 2 Extended RaBitQ's search
+// over rescaling factors); the quantized direction is o_bar = P^T y / |y|, with the correction
+// <o_bar, o> = <y, u> / |y|. The estimator is the paper's
 //
 //   <o, q> ~ |o| <o_bar, q> / <o_bar, o> = |o| / (|y| <o_bar, o>) * <y, P q>,
 //
@@ -28,11 +27,17 @@
 //   <x_b, q_u> = sum_{j<4} 2^j popcount(x_b AND q_u^(j)),
 //   2 <y, q_bar> = delta (2 <x_b, q_u> - sum q_u) + v_l (2 popcount(x_b) - d)
 // (the paper's formula for <x_bar, q_bar> with x_bar = 2y/sqrt(d)), integer until the last line.
-// At two to four bits the rotated query stays in float and each tile of tokens is decoded
-// (factor * y) into the shared float kernel, as the papers' library scores its extended codes
-// (float query times integer codes): a 4-bit query would add more error than those codes leave.
-// Values accumulate the linear decode in the rotated space (a tile of tokens decoded into L1,
-// then the shared float kernel) and are rotated back once per step.
+// At two to four bits the rotated query stays in float and is dotted with the codes' levels, as
+// the papers' library scores its extended codes (float query times integer codes): a 4-bit query
+// would add more error than those codes leave.
+//
+// Storage: the estimator and the decode use |o| and <o_bar, o> only through the factor
+// |o| / (|y| <o_bar, o>), so a token is that factor (fp16) and its codes (rabitq_layout.h):
+// TurboQuant's rows with the grid's levels (turbo_rows.h, whose kInnerUnbiased scale is this
+// factor), with tokens in the vector lanes (turbo_lanes.h) where d is a multiple of 32. One-bit
+// popcounts then run on 8 or 16 tokens at once (rabitq_lanes.h); two to four bits score through
+// TurboQuant's lane kernel; values accumulate the linear decode through it in the rotated space
+// at every B and are rotated back once per step.
 //
 // Deviations from the papers, all deliberate:
 // - Centroid 0: there is no calibration (no clustering), so each vector is coded around the
@@ -41,15 +46,15 @@
 //   layer and side), not a Haar-random orthogonal matrix: O(d log d) and shared with the other
 //   rotated methods. The papers' unbiasedness and error bound are proven for Haar rotations; the
 //   tests measure both with this one. head_dim must be a power of two in [8, 4096].
-// - The per-vector scalars are fp16 (the papers keep float32); |o| saturates at 65504 as in
-//   turbo. B >= 2 also stores |y| (fp16), which B = 1 does not need (it is sqrt(d)/2).
+// - The one per-vector scalar is the factor, fp16 (the papers keep |o| and <o_bar, o> apart, in
+//   float32); it saturates at 65504 as turbo's norm does.
 // - The query's random rounding offsets r_i are drawn from a generator seeded by the codec's
 //   seed and the query's bits, so the same query always gives the same state (determinism);
 //   the paper draws them fresh.
 // - B >= 2 scores use the float rotated query (the library's choice, not the paper's bit-plane
 //   form), so they equal the reference decode-then-dot to float rounding. No FastScan batch
-//   layout (SIMD lookup tables over 32 codes) at one bit: one token at a time with popcounts,
-//   the paper's "single" mode.
+//   layout (SIMD lookup tables over 32 codes) at one bit: the paper's "single" mode of popcounts,
+//   run on a vector of tokens at once.
 // - Codes are chosen by the exact search over all critical rescaling factors, not the pruned one.
 // - The papers estimate inner products only; accumulating values with the estimator's linear
 //   decode |v| o_bar / <o_bar, v> is this project's use of it.
@@ -64,11 +69,12 @@
 #include "src/core/fp16.h"
 #include "src/core/hadamard.h"
 #include "src/core/rng.h"
-#include "src/kv/decode_tiles.h"
-#include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/methods/rabitq_codes.h"
+#include "src/kv/methods/rabitq_lanes.h"
 #include "src/kv/methods/rabitq_layout.h"
+#include "src/kv/methods/turbo_lanes.h"
+#include "src/kv/methods/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
 #include "veloxquant/error.h"
@@ -81,128 +87,37 @@ using rabitq::kQueryBits;
 using rabitq::QueryState;
 
 constexpr int kMaxWords = 4096 / 64;
+static_assert(kBlockTokens == kTurboBlockTokens, "one bit uses TurboQuant's blocks");
 
-// The per-token part shared by keys and values: norm, correction and codes of the (already
-// rotated) vector.
-class RabitqRows {
- public:
-  RabitqRows(int d, int bits) : d_(d), bits_(bits), row_(rabitq::row_bytes(d, bits)) {
-    const float mid = 0.5f * float((1 << bits) - 1);
-    for (int c = 0; c < (1 << bits); ++c) levels_.push_back(float(c) - mid);  // y = c - (2^B - 1)/2
-  }
-  int bits() const { return bits_; }
-  size_t row_bytes() const { return row_; }
-  size_t param_bytes() const { return levels_.size() * sizeof(float); }
-
-  void encode(const float* x, uint8_t* row) const {
-    double ss = 0;
-    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
-    const double norm = std::sqrt(ss);
-    uint8_t codes[4096];
-    const rabitq::GridCode g = rabitq::best_grid_code(x, d_, bits_, codes);
-    // A zero vector has no direction: any code, cosine 1, and the zero norm makes it decode to 0.
-    const double cosine = norm > 0 ? std::min(1.0, g.ip / (g.ynorm * norm)) : 1.0;
-    const uint16_t h[3] = {f32_to_f16(float(std::min(norm, 65504.0))), f32_to_f16(float(cosine)),
-                           f32_to_f16(float(g.ynorm))};
-    std::memcpy(row, h, rabitq::scalar_bytes(bits_));
-    pack_planes(codes, d_, bits_, row + rabitq::scalar_bytes(bits_));
-  }
-  // |o| / (|y| <o_bar, o>): what <y, .> is multiplied by, in the estimator and in the decode.
-  float factor(const uint8_t* row) const {
-    const rabitq::RowScalars s = rabitq::read_scalars(row, d_, bits_);
-    return s.norm / (s.ynorm * s.cosine);
-  }
-  void decode(const uint8_t* row, float* x) const {
-    lut_affine_planes(rabitq::row_planes(row, bits_), d_, bits_, levels_.data(), 0.0f, factor(row),
-                      x);
-  }
-  const uint8_t* row(const uint8_t* blocks, int64_t i) const {
-    return blocks + size_t(i / kBlockTokens) * kBlockTokens * row_ +
-           size_t(i % kBlockTokens) * row_;
-  }
-  template <typename Fn>
-  void tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
-    decode_tiles(
-        i0, i1, d_, [&](int64_t i, float* x) { decode(row(blocks, i), x); }, fn);
-  }
-
- private:
-  int d_, bits_;
-  size_t row_;
-  std::vector<float> levels_;
-};
-
-// Keys. One bit: the paper's scoring by popcounts against the 4-bit query. Two to four bits: the
-// rotated query kept in float and the codes decoded a tile at a time (o_hat = factor * y, the
-// reference decode) into the shared float kernel, as the papers' library scores its extended
-// codes (float query times integer codes); a 4-bit query there would add more error than the
-// codes leave (docs/cache.md has the measurement).
-class RabitqKeyCodec final : public KeyCodec {
- public:
-  RabitqKeyCodec(int d, int bits, uint64_t dither_seed)
-      : d_(d), rows_(d, bits), dither_seed_(dither_seed) {}
-  int head_dim() const override { return d_; }
-  int block_tokens() const override { return kBlockTokens; }
-  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* keys, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kBlockTokens; ++t)
-      rows_.encode(keys + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
-  }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* key, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(key, block + size_t(slot) * rows_.row_bytes());
-  }
-  void decode(const uint8_t* block, int64_t, float* keys) const override {
-    for (int t = 0; t < kBlockTokens; ++t)
-      rows_.decode(block + size_t(t) * rows_.row_bytes(), keys + size_t(t) * d_);
-  }
-  size_t query_state_floats() const override {
-    return rows_.bits() == 1 ? QueryState::floats(d_) : size_t(d_);
-  }
-  void prepare_query(const float* q, float* state) const override {
-    if (rows_.bits() == 1) {
-      quantize_query(q, state);
-    } else {
-      std::copy_n(q, d_, state);
-    }
-  }
-  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-              float* out, size_t out_stride) const override {
-    if (rows_.bits() == 1) {
-      popcount_scores(states, n_q, blocks, i0, i1, out, out_stride);
-      return;
-    }
-    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
-      float_scores(states, n_q, size_t(d_), tile, size_t(d_), n, d_, out + (a - i0), out_stride);
-    });
-  }
-
- private:
-  void quantize_query(const float* q, float* state) const;
-  void popcount_scores(const float* states, int n_q, const uint8_t* blocks, int64_t i0, int64_t i1,
-                       float* out, size_t out_stride) const;
-  int d_;
-  RabitqRows rows_;
-  uint64_t dither_seed_;
-};
+// TurboQuant's rows with the grid's levels y = c - (2^B - 1)/2, codes from the grid search (the
+// sign vector at one bit) and the kInnerUnbiased scale |o| / <u, y> = |o| / (|y| <o_bar, o>):
+// RaBitQ's factor, so that the rows' decode is the estimator's linear form.
+TurboRows grid_rows(int d, int bits) {
+  std::vector<float> levels;
+  for (int c = 0; c < (1 << bits); ++c) levels.push_back(float(c) - 0.5f * float((1 << bits) - 1));
+  const size_t param_bytes = levels.size() * sizeof(float);
+  return TurboRows(
+      d, bits, std::move(levels),
+      [d, bits](const float* u, uint8_t* codes) { rabitq::best_grid_code(u, d, bits, codes); },
+      param_bytes, TurboRows::NormMode::kInnerUnbiased);
+}
 
 // The paper's randomized uniform scalar quantization of the rotated query, 4 bits.
-void RabitqKeyCodec::quantize_query(const float* q, float* state) const {
-  std::fill_n(state, QueryState::floats(d_), 0.0f);
-  const float lo = *std::min_element(q, q + d_), hi = *std::max_element(q, q + d_);
+void quantize_query(const float* q, int d, uint64_t dither_seed, float* state) {
+  std::fill_n(state, QueryState::floats(d), 0.0f);
+  const float lo = *std::min_element(q, q + d), hi = *std::max_element(q, q + d);
   const float delta = (hi - lo) / float((1 << kQueryBits) - 1);
   // Offsets seeded by the query's own bits: the same query gives the same state, different
   // queries draw independent offsets.
-  uint64_t h = dither_seed_;
-  for (int j = 0; j < d_; ++j) {
+  uint64_t h = dither_seed;
+  for (int j = 0; j < d; ++j) {
     h ^= f32_bits(q[j]);
     h = splitmix64(h);
   }
   Rng rng(h);
   uint64_t planes[kQueryBits][kMaxWords] = {};
   int64_t sum = 0;
-  for (int j = 0; j < d_; ++j) {
+  for (int j = 0; j < d; ++j) {
     int code = 0;
     if (delta > 0.0f) {
       const double u = (double(q[j]) - lo) / delta + rng.uniform();
@@ -215,81 +130,80 @@ void RabitqKeyCodec::quantize_query(const float* q, float* state) const {
   state[1] = lo;
   state[2] = float(sum);  // at most 15 * 4096: exact
   for (int b = 0; b < kQueryBits; ++b) {
-    std::memcpy(state + QueryState::plane_offset(d_, b), planes[b], QueryState::words(d_) * 8);
+    std::memcpy(state + QueryState::plane_offset(d, b), planes[b], QueryState::words(d) * 8);
   }
 }
 
 // <x_b, q_u> = sum_j 2^j popcount(x_b AND q_u^(j)), then 2 <y, q_bar> = delta (2 <x_b, q_u> -
-// sum q_u) + v_l (2 popcount(x_b) - d), all integer but the last step.
-void RabitqKeyCodec::popcount_scores(const float* states, int n_q, const uint8_t* blocks,
-                                     int64_t i0, int64_t i1, float* out, size_t out_stride) const {
-  const size_t W = QueryState::words(d_), qs = QueryState::floats(d_);
-  std::vector<uint64_t> qw(size_t(n_q) * kQueryBits *
-                           W);  // the queries' planes as words, once per call
-  for (int r = 0; r < n_q; ++r) {
-    for (int b = 0; b < kQueryBits; ++b) {
-      std::memcpy(&qw[(size_t(r) * kQueryBits + b) * W],
-                  states + r * qs + QueryState::plane_offset(d_, b), W * 8);
-    }
-  }
-  uint64_t x[kMaxWords];
+// sum q_u) + v_l (2 popcount(x_b) - d), all integer but the last step; one token at a time, for
+// the row layout (d below 32: at most one word per plane).
+void popcount_row_scores(const float* states, int n_q, const uint8_t* blocks, int d, int64_t i0,
+                         int64_t i1, float* out, size_t out_stride) {
+  const size_t qs = QueryState::floats(d), row = rabitq::row_bytes(d, 1);
   for (int64_t i = i0; i < i1; ++i) {
-    const uint8_t* row = rows_.row(blocks, i);
-    x[W - 1] = 0;  // a plane shorter than a word (d < 64) is zero-padded, like the query's
-    std::memcpy(x, rabitq::row_planes(row, 1), plane_bytes(d_));
-    int64_t ones = 0;
-    for (size_t w = 0; w < W; ++w) ones += std::popcount(x[w]);
-    const double f = rows_.factor(row);
-    for (int r = 0; r < n_q; ++r) {
-      const uint64_t* q = &qw[size_t(r) * kQueryBits * W];
+    const uint8_t* r = blocks + size_t(i) * row;  // blocks of 16 rows follow one another
+    uint64_t x = 0;
+    std::memcpy(&x, r + rabitq::scalar_bytes(), plane_bytes(d));
+    const int64_t ones = std::popcount(x);
+    uint16_t h;
+    std::memcpy(&h, r, 2);
+    const double f = f16_to_f32(h);
+    for (int q = 0; q < n_q; ++q) {
+      const float* s = states + q * qs;
       int64_t dot = 0;
       for (int j = 0; j < kQueryBits; ++j) {
-        int64_t c = 0;
-        for (size_t w = 0; w < W; ++w) c += std::popcount(x[w] & q[j * W + w]);
-        dot += c << j;
+        uint64_t w;
+        std::memcpy(&w, s + QueryState::plane_offset(d, j), 8);
+        dot += int64_t(std::popcount(x & w)) << j;
       }
-      const float* s = states + r * qs;
       const double two_yq =
           double(QueryState::delta(s)) * double(2 * dot - int64_t(QueryState::code_sum(s))) +
-          double(QueryState::lower(s)) * double(2 * ones - d_);
-      out[size_t(r) * out_stride + size_t(i - i0)] = float(0.5 * f * two_yq);
+          double(QueryState::lower(s)) * double(2 * ones - d);
+      out[size_t(q) * out_stride + size_t(i - i0)] = float(0.5 * f * two_yq);
     }
   }
 }
 
-class RabitqValueCodec final : public ValueCodec {
+// One-bit keys: stored and decoded as TurboQuant's sign rows; scored by the paper's popcounts
+// against the 4-bit query (on the lane layout 8 or 16 tokens at a time).
+class RabitqSignKeyCodec final : public KeyCodec {
  public:
-  RabitqValueCodec(int d, int bits) : d_(d), rows_(d, bits) {}
+  RabitqSignKeyCodec(int d, uint64_t dither_seed)
+      : d_(d), rows_(make_turbo_key_codec(grid_rows(d, 1))), lanes_(turbo_lanes_apply(d, 1)),
+        dither_seed_(dither_seed) {}
   int head_dim() const override { return d_; }
   int block_tokens() const override { return kBlockTokens; }
-  size_t block_bytes() const override { return kBlockTokens * rows_.row_bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* values, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kBlockTokens; ++t)
-      rows_.encode(values + size_t(t) * d_, block + size_t(t) * rows_.row_bytes());
+  size_t block_bytes() const override { return rows_->block_bytes(); }
+  size_t param_bytes() const override { return rows_->param_bytes(); }
+  void encode(const float* keys, int64_t pos0, uint8_t* block) const override {
+    rows_->encode(keys, pos0, block);
   }
   bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* value, int64_t, int slot, uint8_t* block) const override {
-    rows_.encode(value, block + size_t(slot) * rows_.row_bytes());
+  void encode_token(const float* key, int64_t pos, int slot, uint8_t* block) const override {
+    rows_->encode_token(key, pos, slot, block);
   }
-  void decode(const uint8_t* block, int64_t, float* values) const override {
-    for (int t = 0; t < kBlockTokens; ++t)
-      rows_.decode(block + size_t(t) * rows_.row_bytes(), values + size_t(t) * d_);
+  void decode(const uint8_t* block, int64_t pos0, float* keys) const override {
+    rows_->decode(block, pos0, keys);
   }
-  size_t accum_floats() const override { return size_t(d_); }
-  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t,
-                  int64_t i0, int64_t i1, float* acc) const override {
-    rows_.tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
-      float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, size_t(d_));
-    });
+  size_t query_state_floats() const override { return QueryState::floats(d_); }
+  void prepare_query(const float* q, float* state) const override {
+    quantize_query(q, d_, dither_seed_, state);
   }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    std::copy_n(acc, size_t(n_q) * d_, out);
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+              float* out, size_t out_stride) const override {
+    if (lanes_) {
+      rabitq_sign_scores_lanes(states, n_q, QueryState::floats(d_), blocks, block_bytes(), d_, i0,
+                               i1, out, out_stride);
+    } else {
+      popcount_row_scores(states, n_q, blocks, d_, i0, i1, out, out_stride);
+    }
   }
 
  private:
   int d_;
-  RabitqRows rows_;
+  std::unique_ptr<KeyCodec> rows_;
+  bool lanes_;
+  uint64_t dither_seed_;
 };
 
 class RabitqMethod final : public RotatedMethod {
@@ -300,19 +214,22 @@ class RabitqMethod final : public RotatedMethod {
     check(ctx.head_dim);
     const uint64_t rot = rotation_seed(ctx.layer, 0);
     uint64_t dither = rot ^ 0x51ab17c0de5eed5bull;  // the query offsets' own stream
-    return rotate_keys(std::make_unique<RabitqKeyCodec>(ctx.head_dim, bits_, splitmix64(dither)),
-                       rot);
+    if (bits_ == 1) {
+      return rotate_keys(std::make_unique<RabitqSignKeyCodec>(ctx.head_dim, splitmix64(dither)),
+                         rot);
+    }
+    return rotate_keys(make_turbo_key_codec(grid_rows(ctx.head_dim, bits_)), rot);
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     check(ctx.head_dim);
-    return rotate_values(std::make_unique<RabitqValueCodec>(ctx.head_dim, bits_),
-                         rotation_seed(ctx.layer, 1));
+    const uint64_t rot = rotation_seed(ctx.layer, 1);
+    return rotate_values(make_turbo_value_codec(grid_rows(ctx.head_dim, bits_)), rot);
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }
 
  private:
-  double bits(int d) const { return bits_ + 8.0 * double(rabitq::scalar_bytes(bits_)) / d; }
+  double bits(int d) const { return bits_ + 8.0 * double(rabitq::scalar_bytes()) / d; }
   static void check(int d) {
     check_hadamard_dim("rabitq", d, 8);
   }

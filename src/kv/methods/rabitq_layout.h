@@ -1,13 +1,14 @@
-// RaBitQ's byte layouts (src/kv/methods/rabitq.cpp), shared with its tests: the row of one
-// token and the prepared query state.
+// RaBitQ's byte layouts (src/kv/methods/rabitq.cpp), shared with its tests: the token and the
+// prepared query state.
 //
-// Row of one token (B bits per coordinate, d a power of two >= 8):
-//   fp16 |o|            the vector's norm (centroid 0: there is no calibration),
-//   fp16 <o_bar, o>     the cosine between the quantized and the true direction (the correction),
-//   fp16 |y|            (B >= 2 only) the norm of the grid vector y = code - (2^B - 1)/2, the
-//                       rescale that maps the grid to the unit sphere; at B = 1 it is sqrt(d)/2,
-//   B bit planes of d/8 bytes (plane k holds bit k of every code, src/kv/lut_kernels.h).
-// Bits per element: B + 32/d at B = 1, B + 48/d at B >= 2.
+// A token: the estimator and the decode need only the factor |o| / (|y| <o_bar, o>) beside the
+// grid codes c (y = c - (2^B - 1)/2), so a token is that factor (fp16) and its codes:
+// TurboQuant's row (turbo_rows.h: the scale, then B bit planes of d/8 bytes) with the grid's
+// levels, laid out with tokens in the vector lanes when d is a multiple of 32 (turbo_lanes.h: a
+// block's 16 factors first, then per group of 32 channels B 32-bit words per token), as rows of
+// 2 + B d/8 bytes otherwise. Bits per element: B + 16/d. The papers' |o| and <o_bar, o> are not
+// kept apart: their ratio is all the estimator uses (the tests recover <o_bar, o> = |o| / |o_hat|
+// from the decode).
 //
 // Query state at B = 1 (floats; at B >= 2 it is the rotated query itself): delta, lower bound v_l,
 // sum of the 4-bit codes, one spare, then the 4 bit planes of the quantized rotated query as
@@ -15,12 +16,10 @@
 // = v_l + delta * q_u[i].
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-#include "src/core/fp16.h"
 #include "src/kv/lut_kernels.h"
 
 namespace vq::kv::rabitq {
@@ -28,25 +27,8 @@ namespace vq::kv::rabitq {
 constexpr int kBlockTokens = 16;
 constexpr int kQueryBits = 4;
 
-inline size_t scalar_bytes(int bits) { return bits == 1 ? 4 : 6; }
-inline size_t row_bytes(int d, int bits) {
-  return scalar_bytes(bits) + size_t(bits) * plane_bytes(d);
-}
-
-struct RowScalars {
-  float norm;    // |o|
-  float cosine;  // <o_bar, o>
-  float ynorm;   // |y|
-};
-
-inline RowScalars read_scalars(const uint8_t* row, int d, int bits) {
-  uint16_t h[3] = {0, 0, 0};
-  std::memcpy(h, row, scalar_bytes(bits));
-  return {f16_to_f32(h[0]), f16_to_f32(h[1]),
-          bits == 1 ? 0.5f * std::sqrt(float(d)) : f16_to_f32(h[2])};
-}
-
-inline const uint8_t* row_planes(const uint8_t* row, int bits) { return row + scalar_bytes(bits); }
+inline size_t scalar_bytes() { return 2; }
+inline size_t row_bytes(int d, int bits) { return scalar_bytes() + size_t(bits) * plane_bytes(d); }
 
 struct QueryState {
   static size_t words(int d) { return size_t(d + 63) / 64; }

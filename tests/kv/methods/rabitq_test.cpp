@@ -89,6 +89,50 @@ TEST(Method_rabitq, ScoresAreExactForTheHeldQuery) {
   }
 }
 
+// One bit on every SIMD target the CPU runs (the lane kernel at d = 32..256, the row path at 16):
+// several queries (a whole pass of four and a remainder), a range that starts and ends inside a
+// block, each score the estimator's formula with the held query to float rounding, and the
+// same bits on every target.
+TEST(Method_rabitq, OneBitScoresIdenticalOnEveryTarget) {
+  for (int d : {16, 32, 128, 256}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const Method m = parse_method("rabitq:seed=5");
+    const auto kc = m.keys().key_codec(CodecContext{d, 3, 1});
+    const RandomizedHadamard rot(size_t(d), layer_seed(5, 3, 0));
+    const int n_q = 7, n = 100;
+    const int64_t i0 = 3, i1 = 93;
+    const auto q = make_data(Data::kOutliers, n_q, d, 17);
+    const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 18), 0);
+    const auto kd = decode_run(*kc, e, 0);
+    const size_t qs = kc->query_state_floats();
+    std::vector<float> states(size_t(n_q) * qs);
+    for (int r = 0; r < n_q; ++r) kc->prepare_query(&q[size_t(r) * d], &states[size_t(r) * qs]);
+    std::vector<float> first;
+    const int tried = for_each_supported_target([&] {
+      std::vector<float> s(size_t(n_q) * (i1 - i0), -1.0f);
+      kc->scores(states.data(), n_q, e.bytes.data(), 0, i0, i1, s.data(), size_t(i1 - i0));
+      for (int r = 0; r < n_q; ++r) {
+        std::vector<float> held(static_cast<size_t>(d));
+        for (int i = 0; i < d; ++i) held[i] = rabitq::QueryState::held(&states[size_t(r) * qs], d, i);
+        rot.inverse(held.data());
+        for (int64_t t = i0; t < i1; ++t) {
+          double ref = 0;
+          for (int j = 0; j < d; ++j) ref += double(held[j]) * kd[size_t(t) * d + j];
+          ASSERT_NEAR(s[size_t(r) * (i1 - i0) + size_t(t - i0)], ref,
+                      1e-5 * norm(held.data(), d) * norm(&kd[size_t(t) * d], d))
+              << "query " << r << " token " << t;
+        }
+      }
+      if (first.empty()) {
+        first = s;
+      } else {
+        EXPECT_EQ(std::memcmp(first.data(), s.data(), s.size() * 4), 0) << "bits differ from the first target";
+      }
+    });
+    EXPECT_GE(tried, 2);
+  }
+}
+
 // The search over rescaling factors against brute force over the whole grid (small d).
 TEST(Method_rabitq, GridSearchFindsTheBestCode) {
   struct Case {
@@ -143,13 +187,13 @@ Stats mean_and_se(const std::vector<double>& x) {
 }
 
 // One key o (all 16 slots of a block) scored against q by the codec of `spec`: the fused estimate,
-// decode-then-dot with the exact q, and the stored scalars.
+// decode-then-dot with the exact q, and the correction <o_bar, o> read off the decode.
 struct Estimate {
   double fused, exact_query;
-  rabitq::RowScalars scalars;
+  double cosine;  // <o_bar, o>
   std::vector<uint8_t> block;
 };
-Estimate estimate(const std::string& spec, int bits, int d, const std::vector<float>& q,
+Estimate estimate(const std::string& spec, int d, const std::vector<float>& q,
                   const std::vector<float>& o) {
   const Method m = parse_method(spec);
   const auto kc = m.keys().key_codec(CodecContext{d, 0, 1});
@@ -166,7 +210,9 @@ Estimate estimate(const std::string& spec, int bits, int d, const std::vector<fl
   e.fused = s;
   e.exact_query = 0;
   for (int j = 0; j < d; ++j) e.exact_query += double(q[j]) * dec[j];
-  e.scalars = rabitq::read_scalars(e.block.data(), d, bits);
+  // The decode is o_hat = |o| o_bar / <o_bar, o>, so <o_bar, o> = |o| / |o_hat| (only their
+  // ratio is stored).
+  e.cosine = norm(o.data(), d) / norm(dec.data(), d);
   return e;
 }
 
@@ -201,10 +247,10 @@ TEST(Method_rabitq, EstimatorIsUnbiasedOverRotations) {
       std::set<std::string>
           blocks;  // the bytes (a set of byte vectors trips gcc 12's -Wstringop-overread)
       for (int s = 1; s <= n; ++s) {
-        const Estimate e = estimate(fmt::format("rabitq:bits={},seed={}", bits, s), bits, d, q, o);
+        const Estimate e = estimate(fmt::format("rabitq:bits={},seed={}", bits, s), d, q, o);
         fused.push_back(e.fused - truth);
         exact.push_back(e.exact_query - truth);
-        uncorrected.push_back(e.exact_query * e.scalars.cosine - truth);
+        uncorrected.push_back(e.exact_query * e.cosine - truth);
         blocks.insert(std::string(e.block.begin(), e.block.end()));
       }
       EXPECT_EQ(blocks.size(), size_t(n)) << "the codes change with the seed";
@@ -262,8 +308,8 @@ TEST(Method_rabitq, ErrorWithinThePapersBound) {
         const auto o = make_data(Data::kGaussian, 1, d, uint64_t(7919 * p + d));
         const auto q = make_data(Data::kGaussian, 1, d, uint64_t(7919 * p + d + 1));
         const Estimate e =
-            estimate(fmt::format("rabitq:bits={},seed={}", bits, p + 1), bits, d, q, o);
-        const double c = e.scalars.cosine, truth = dot(q, o);
+            estimate(fmt::format("rabitq:bits={},seed={}", bits, p + 1), d, q, o);
+        const double c = e.cosine, truth = dot(q, o);
         const double scale =
             std::sqrt(dot(o, o) * dot(q, q)) * std::sqrt(1 - c * c) / c / std::sqrt(double(d - 1));
         fused19 += std::fabs(e.fused - truth) <= 1.9 * scale;
@@ -342,15 +388,15 @@ TEST(Method_rabitq, AttentionThroughTheCache) {
 }
 
 TEST(Method_rabitq, BitsPerElementCountTheScalars) {
-  // B + 32/d at one bit (norm, correction), B + 48/d above (and |y|).
-  EXPECT_DOUBLE_EQ(parse_method("rabitq").bits_per_element(128), 1.25);
-  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=1").bits_per_element(64), 1.5);
-  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=2").bits_per_element(128), 2.375);
-  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=3").bits_per_element(128), 3.375);
-  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=4").bits_per_element(256), 4.1875);
+  // B + 16/d: the codes and the fp16 factor.
+  EXPECT_DOUBLE_EQ(parse_method("rabitq").bits_per_element(128), 1.125);
+  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=1").bits_per_element(64), 1.25);
+  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=2").bits_per_element(128), 2.125);
+  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=3").bits_per_element(128), 3.125);
+  EXPECT_DOUBLE_EQ(parse_method("rabitq:bits=4").bits_per_element(256), 4.0625);
   EXPECT_DOUBLE_EQ(parse_method("k=rabitq:bits=1,v=rabitq:bits=4").bits_per_element(128),
-                   0.5 * (1.25 + 4.375));
-  for (int d : {64, 128, 256}) {
+                   0.5 * (1.125 + 4.125));
+  for (int d : {8, 16, 32, 64, 128, 256}) {
     for (const char* spec : {"rabitq", "rabitq:bits=2", "rabitq:bits=3", "rabitq:bits=4"}) {
       check_block_bytes_match_formula(spec, d);
     }
