@@ -185,6 +185,8 @@ def stamp_line(stamp):
         line += ", %s (%s cores)" % (mc["cpu"], mc.get("cores", "?"))
     elif isinstance(mc, str) and mc:
         line += ", " + mc
+    if stamp.get("note"):
+        line += "; " + stamp["note"]
     return line
 
 
