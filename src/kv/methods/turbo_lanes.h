@@ -12,7 +12,10 @@
 // which ignores the bits of the next channels above the code.
 //
 //   scores:     q . x_hat = scale_t * sum_c q'_c level(code_tc); tokens in lanes, no horizontal
-//               sums; the query (already rotated by the wrapper) is read chunk-major.
+//               sums; the query (already rotated by the wrapper) is read chunk-major. At 1 bit
+//               (head_dim <= 512) the prepared query is instead a table per nibble of 4 channels
+//               (the 16 partial sums sum_j q'_c0+j level(bit j)), and a token costs one register
+//               lookup and one add per 4 channels.
 //   accumulate: acc'_c += sum_t (w_t scale_t) level(code_tc) in the rotated space; per channel
 //               the lanes are summed once per run of 256 tokens.
 //

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,39 @@ TEST(Method_turbo, FusedEqualsReference) {
 // blocks its registers differently from AVX-512: every target this CPU runs.
 TEST(Method_turbo, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
-    for (const char* spec : {"turbo:bits=1", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
+    for (const char* spec : {"turbo:bits=1", "turbo:bits=2", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
+    // 1 bit scores through per-nibble query tables up to head_dim 512, per channel above.
+    check_all("turbo:bits=1", {1024}, 32);
   });
   EXPECT_GE(tried, 2);
+}
+
+// The nibble-table scores (1 bit) give the same bits on every target (they add table entries, no
+// multiply-add): several queries (a pass of four and a remainder) over a range that starts and
+// ends inside a block.
+TEST(Method_turbo, TableScoresIdenticalOnEveryTarget) {
+  for (const char* spec : {"turbo:bits=1", "turbo:bits=1,norm=1,seed=3"}) {
+    SCOPED_TRACE(spec);
+    const int d = 128, n_q = 7, n = 100;
+    const int64_t i0 = 5, i1 = 91;
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 1, 1});
+    const auto q = make_data(Data::kOutliers, n_q, d, 21);
+    const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 22), 0);
+    const size_t qs = kc->query_state_floats();
+    std::vector<float> states(size_t(n_q) * qs);
+    for (int r = 0; r < n_q; ++r) kc->prepare_query(&q[size_t(r) * d], &states[size_t(r) * qs]);
+    std::vector<float> first;
+    const int tried = for_each_supported_target([&] {
+      std::vector<float> s(size_t(n_q) * (i1 - i0), -1.0f);
+      kc->scores(states.data(), n_q, e.bytes.data(), 0, i0, i1, s.data(), size_t(i1 - i0));
+      if (first.empty()) {
+        first = s;
+      } else {
+        EXPECT_EQ(std::memcmp(first.data(), s.data(), s.size() * 4), 0) << "bits differ from the first target";
+      }
+    });
+    EXPECT_GE(tried, 2);
+  }
 }
 
 // Bytes between two inaccessible pages, against the upper one (at_end) or the lower one: a read
