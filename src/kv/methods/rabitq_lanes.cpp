@@ -41,31 +41,84 @@ struct SignQuery {
   float delta, lower, code_sum;
 };
 
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+// Without vpopcntd a 32-bit popcount is a byte popcount (two table lookups) and two widening
+// steps; the byte counts are summed first, over up to kByteGroups groups (at most 8 each, so 248
+// fits a byte), and widened once per batch.
+constexpr int kByteGroups = 31;
+using DB = hn::Repartition<uint8_t, DU>;
+using D16 = hn::Repartition<uint16_t, DU>;
+
+// The sums of each 32-bit lane's four bytes.
+HWY_INLINE VU WidenByteSums(hn::Vec<DB> b) {
+  const DU du;
+  const D16 d16;
+  const auto h = hn::BitCast(d16, b);
+  const auto s16 = hn::Add(hn::And(h, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(h));
+  const VU w = hn::BitCast(du, s16);
+  return hn::Add(hn::And(w, hn::Set(du, 0xFFFFu)), hn::ShiftRight<16>(w));
+}
+#endif
+
+// The lanes' popcounts of x_b (ones) and of x_b AND each query plane (c), summed over the groups.
+template <int kRows>
+HWY_INLINE void CountBlockPart(const SignQuery* q, int n_groups, const uint32_t* HWY_RESTRICT words, int p,
+                               VU& ones, VU (&c)[kRows][kPlanes]) {
+  const DU du;
+  ones = hn::Zero(du);
+  for (int r = 0; r < kRows; ++r) {
+    for (int j = 0; j < kPlanes; ++j) c[r][j] = hn::Zero(du);
+  }
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  const DB db;
+  for (int g0 = 0; g0 < n_groups; g0 += kByteGroups) {
+    const int g1 = std::min(n_groups, g0 + kByteGroups);
+    auto ones8 = hn::Zero(db);
+    hn::Vec<DB> c8[kRows][kPlanes];
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kPlanes; ++j) c8[r][j] = hn::Zero(db);
+    }
+    for (int g = g0; g < g1; ++g) {
+      const VU w = hn::LoadU(du, words + size_t(g) * kSub + p * kLanes);
+      ones8 = hn::Add(ones8, hn::PopulationCount(hn::BitCast(db, w)));
+      for (int r = 0; r < kRows; ++r) {
+        for (int j = 0; j < kPlanes; ++j) {
+          const VU qw = hn::Set(du, q[r].words[size_t(j) * n_groups + g]);
+          c8[r][j] = hn::Add(c8[r][j], hn::PopulationCount(hn::BitCast(db, hn::And(w, qw))));
+        }
+      }
+    }
+    ones = hn::Add(ones, WidenByteSums(ones8));
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kPlanes; ++j) c[r][j] = hn::Add(c[r][j], WidenByteSums(c8[r][j]));
+    }
+  }
+#else
+  for (int g = 0; g < n_groups; ++g) {
+    const VU w = hn::LoadU(du, words + size_t(g) * kSub + p * kLanes);
+    ones = hn::Add(ones, hn::PopulationCount(w));
+    for (int r = 0; r < kRows; ++r) {
+      for (int j = 0; j < kPlanes; ++j) {
+        const VU qw = hn::Set(du, q[r].words[size_t(j) * n_groups + g]);
+        c[r][j] = hn::Add(c[r][j], hn::PopulationCount(hn::And(w, qw)));
+      }
+    }
+  }
+#endif
+}
+
 template <int kRows>
 HWY_INLINE void ScoreBlock(const SignQuery* q, int n_groups, int d, const uint8_t* HWY_RESTRICT blk,
                            float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
-  const DU du;
   const DI di;
   const hn::Rebind<hwy::float16_t, DF> dh;
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk + kScaleBytes);
   const hwy::float16_t* factors = reinterpret_cast<const hwy::float16_t*>(blk);
   for (int p = 0; p < kParts; ++p) {
-    VU ones = hn::Zero(du);
+    VU ones;
     VU c[kRows][kPlanes];
-    for (int r = 0; r < kRows; ++r) {
-      for (int j = 0; j < kPlanes; ++j) c[r][j] = hn::Zero(du);
-    }
-    for (int g = 0; g < n_groups; ++g) {
-      const VU w = hn::LoadU(du, words + size_t(g) * kSub + p * kLanes);
-      ones = hn::Add(ones, hn::PopulationCount(w));
-      for (int r = 0; r < kRows; ++r) {
-        for (int j = 0; j < kPlanes; ++j) {
-          const VU qw = hn::Set(du, q[r].words[size_t(j) * n_groups + g]);
-          c[r][j] = hn::Add(c[r][j], hn::PopulationCount(hn::And(w, qw)));
-        }
-      }
-    }
+    CountBlockPart<kRows>(q, n_groups, words, p, ones, c);
     const VF half_factor = hn::Mul(hn::Set(df, 0.5f), hn::PromoteTo(df, hn::LoadU(dh, factors + p * kLanes)));
     // 2 popcount(x_b) - d and 2 <x_b, q_u> - sum q_u are integers below 2^24: exact in float.
     const VF ones_term = hn::ConvertTo(df, hn::Sub(hn::ShiftLeft<1>(hn::BitCast(di, ones)), hn::Set(di, d)));

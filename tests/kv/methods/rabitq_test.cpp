@@ -89,12 +89,13 @@ TEST(Method_rabitq, ScoresAreExactForTheHeldQuery) {
   }
 }
 
-// One bit on every SIMD target the CPU runs (the lane kernel at d = 32..256, the row path at 16):
+// One bit on every SIMD target the CPU runs (the lane kernel at d = 32..2048, the row path at 16;
+// 2048 has 64 groups of 32 channels, past the 31 whose byte counts AVX2 sums before widening):
 // several queries (a whole pass of four and a remainder), a range that starts and ends inside a
 // block, each score the estimator's formula with the held query to float rounding, and the
 // same bits on every target.
 TEST(Method_rabitq, OneBitScoresIdenticalOnEveryTarget) {
-  for (int d : {16, 32, 128, 256}) {
+  for (int d : {16, 32, 128, 256, 2048}) {
     SCOPED_TRACE("d " + std::to_string(d));
     const Method m = parse_method("rabitq:seed=5");
     const auto kc = m.keys().key_codec(CodecContext{d, 3, 1});
