@@ -12,8 +12,10 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 4;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
-                                  // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h)
+constexpr uint32_t kVersion = 5;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
+                                  // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h);
+                                  // 5: RaBitQ stores one factor per token (TurboQuant's rows and lanes),
+                                  //    QJL keys without outlier channels keep tokens in lanes
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

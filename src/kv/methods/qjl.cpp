@@ -33,6 +33,9 @@
 // the code's buffer of up to 128 tokens; channel indices widen to u16 above d = 256 (the code
 // stores u8 and supports d = 128 only); om defaults to m (the code's 256 with m = 256).
 //
+// Without outlier channels and with m a multiple of 32, keys keep tokens in the vector lanes
+// instead (QjlLaneKeyCodec below: TurboQuant's one-bit lane layout and kernels, 16 tokens a block).
+//
 // Layout: a block is `group` tokens (G): `outliers` (K) channel indices (u8 for d <= 256, else
 // u16), then per token fp16 inlier norm, [fp16 outlier norm], m/8 bytes of inlier signs,
 // [om/8 bytes of outlier signs] (bracketed parts only when K > 0). Bits per element:
@@ -49,6 +52,8 @@
 
 #include "src/core/fp16.h"
 #include "src/kv/methods/qjl_sketch.h"
+#include "src/kv/methods/turbo_lanes.h"
+#include "src/kv/methods/turbo_rows.h"
 #include "src/kv/outlier_channels.h"
 #include "src/kv/registry.h"
 #include "veloxquant/error.h"
@@ -233,6 +238,81 @@ class QjlKeyCodec final : public KeyCodec {
   size_t header_, row_;
 };
 
+// Keys without outlier channels, with tokens in the vector lanes (m a multiple of 32): the sketch
+// z = S k of a key is TurboQuant's 1-bit row over m "channels" (turbo_rows.h, turbo_lanes.h) with
+// the levels -sqrt(pi/2)/m, +sqrt(pi/2)/m and the fp16 norm ||k|| as its scale (the row is given z
+// rescaled to length ||k||, which keeps its signs), so the lane kernel's score is
+// sqrt(pi/2)/m ||k|| <S q, sign(S k)>, the estimator, with S q as its query: prepared once per step
+// into the kernel's per-nibble tables (8 sketch rows a byte, one lookup and one add per 4). The
+// decode is the linear form S^T of the row's decode, as the row layout's.
+class QjlLaneKeyCodec final : public KeyCodec {
+ public:
+  QjlLaneKeyCodec(int d, int m, uint64_t seed)
+      : d_(d), m_(m), sketch_(m, d, seed), rows_(make_turbo_key_codec(sketch_rows(m))) {}
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return rows_->block_tokens(); }
+  size_t block_bytes() const override { return rows_->block_bytes(); }
+  size_t param_bytes() const override { return sketch_.bytes() + rows_->param_bytes(); }
+  void encode(const float* keys, int64_t pos0, uint8_t* block) const override {
+    std::vector<float> z(size_t(block_tokens()) * m_);
+    for (int t = 0; t < block_tokens(); ++t) sketch_of(keys + size_t(t) * d_, &z[size_t(t) * m_]);
+    rows_->encode(z.data(), pos0, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* key, int64_t pos, int slot, uint8_t* block) const override {
+    std::vector<float> z(static_cast<size_t>(m_));
+    sketch_of(key, z.data());
+    rows_->encode_token(z.data(), pos, slot, block);
+  }
+  void decode(const uint8_t* block, int64_t pos0, float* keys) const override {
+    std::vector<float> z(size_t(block_tokens()) * m_);
+    rows_->decode(block, pos0, z.data());
+    for (int t = 0; t < block_tokens(); ++t) {
+      const float* zt = &z[size_t(t) * m_];
+      for (int c = 0; c < d_; ++c) {
+        const float* col = sketch_.column(c);
+        float acc = 0.0f;
+        for (int j = 0; j < m_; ++j) acc += col[j] * zt[j];
+        keys[size_t(t) * d_ + c] = acc;
+      }
+    }
+  }
+  size_t query_state_floats() const override { return rows_->query_state_floats(); }
+  void prepare_query(const float* q, float* state) const override {
+    std::vector<float> sq(static_cast<size_t>(m_));
+    sketch_.project(q, m_, sq.data());
+    rows_->prepare_query(sq.data(), state);
+  }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    rows_->scores(states, n_q, blocks, pos0, i0, i1, out, out_stride);
+  }
+
+ private:
+  static TurboRows sketch_rows(int m) {
+    const float c = float(kQjlScale / m);
+    return TurboRows(
+        m, 1, {-c, c},
+        [m](const float* u, uint8_t* codes) {
+          for (int j = 0; j < m; ++j) codes[j] = uint8_t(u[j] > 0.0f);  // pack_signs' convention
+        },
+        0, TurboRows::NormMode::kNorm);
+  }
+  // S k rescaled to length ||k||: the row stores that length as its scale and the signs.
+  void sketch_of(const float* k, float* z) const {
+    sketch_.project(k, m_, z);
+    double kk = 0, zz = 0;
+    for (int c = 0; c < d_; ++c) kk += double(k[c]) * k[c];
+    for (int j = 0; j < m_; ++j) zz += double(z[j]) * z[j];
+    const float f = zz > 0 ? float(std::sqrt(kk / zz)) : 0.0f;
+    for (int j = 0; j < m_; ++j) z[j] *= f;
+  }
+
+  int d_, m_;
+  GaussianSketch sketch_;
+  std::unique_ptr<KeyCodec> rows_;
+};
+
 class QjlMethod final : public WindowedMethod {
  public:
   explicit QjlMethod(const ParamValues& v)
@@ -248,7 +328,9 @@ class QjlMethod final : public WindowedMethod {
     const int d = ctx.head_dim;
     VQ_CHECK(d >= 1 && d <= 4096, fmt::format("qjl: head_dim must be in [1, 4096], got {}", d));
     VQ_CHECK(K_ < d, fmt::format("qjl: outliers={} must be below head_dim {}", K_, d));
-    return std::make_unique<QjlKeyCodec>(d, m_, om_, K_, group_, qjl::sketch_seed(layer_seed(seed_, ctx.layer, 0)));
+    const uint64_t seed = qjl::sketch_seed(layer_seed(seed_, ctx.layer, 0));
+    if (K_ == 0 && turbo_lanes_apply(m_, 1)) return std::make_unique<QjlLaneKeyCodec>(d, m_, seed);
+    return std::make_unique<QjlKeyCodec>(d, m_, om_, K_, group_, seed);
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     return values_.values().value_codec(ctx);
