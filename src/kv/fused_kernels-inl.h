@@ -40,6 +40,31 @@ HWY_INLINE void PrefetchBytes(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) hwy::Prefetch(p + o);
 }
 
+// For kernels that score a whole block of kSub tokens at a time (tokens in the vector lanes):
+// calls score_block(blk, dst, dst_stride) for each block of `bb` bytes that tokens [i0, i1) of a
+// run touch, dst being out itself for a block wholly inside the range and a buffer for a partial
+// one at either end (whose tokens in range are then copied out), so a kernel never writes past
+// the range. The block four ahead is prefetched (a prefetch past the end never faults).
+template <int kRows, int kSub, class ScoreBlock>
+HWY_INLINE void ScoreLaneBlocks(const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1, float* out, size_t out_stride,
+                                const ScoreBlock& score_block) {
+  alignas(64) float tmp[kRows * kSub];
+  for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
+    const uint8_t* blk = blocks + size_t(b) * bb;
+    PrefetchBytes(blk + 4 * bb, bb);
+    const int64_t first = b * kSub;
+    if (first >= i0 && first + kSub <= i1) {
+      score_block(blk, out + (first - i0), out_stride);
+      continue;
+    }
+    score_block(blk, tmp, size_t(kSub));
+    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
+    for (int r = 0; r < kRows; ++r) {
+      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
+    }
+  }
+}
+
 // Asks for `bytes` from `p` spread evenly over `steps` calls of Step(), whole cache lines at a
 // time, for kernels that stream a run while the next one is fetched: a burst of a whole run's
 // prefetches would fill the line-fill buffers and stall the loads in flight.

@@ -137,21 +137,9 @@ template <int kRows>
 void ScoreRows(const SignQuery* q, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1, float* out,
                size_t out_stride) {
   const int n_groups = d / kGroup;
-  alignas(64) float tmp[kRows * kSub];
-  for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
-    const uint8_t* blk = blocks + size_t(b) * bb;
-    PrefetchBytes(blk + 4 * bb, bb);  // four blocks ahead (a prefetch past the end never faults)
-    const int64_t first = b * kSub;
-    if (first >= i0 && first + kSub <= i1) {
-      ScoreBlock<kRows>(q, n_groups, d, blk, out + (first - i0), out_stride);
-      continue;
-    }
-    ScoreBlock<kRows>(q, n_groups, d, blk, tmp, kSub);
-    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
-    for (int r = 0; r < kRows; ++r) {
-      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
-    }
-  }
+  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
+    ScoreBlock<kRows>(q, n_groups, d, blk, dst, stride);
+  });
 }
 
 void RabitqSignScores(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0,

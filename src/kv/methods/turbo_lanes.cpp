@@ -139,21 +139,9 @@ void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int 
     for (int r = 0; r < kRows; ++r) std::memcpy(qg + (size_t(g) * kRows + r) * kGroup, q + size_t(r) * qs + size_t(g) * kGroup, kGroup * 4);
   }
   const Levels L = LoadLevels(table16);
-  alignas(64) float tmp[kRows * kSub];
-  for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
-    const uint8_t* blk = blocks + size_t(b) * bb;
-    PrefetchBytes(blk + 4 * bb, bb);  // four blocks ahead (a prefetch past the end never faults)
-    const int64_t first = b * kSub;
-    if (first >= i0 && first + kSub <= i1) {
-      ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, out + (first - i0), out_stride);
-      continue;
-    }
-    ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, tmp, kSub);
-    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
-    for (int r = 0; r < kRows; ++r) {
-      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
-    }
-  }
+  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
+    ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, dst, stride);
+  });
 }
 
 template <int kBits>
@@ -242,21 +230,9 @@ void TableScoreRows(const float* states, size_t qs, const uint8_t* blocks, size_
                     int64_t i1, float* out, size_t out_stride) {
   const float* tabs[kRows];
   for (int r = 0; r < kRows; ++r) tabs[r] = states + size_t(r) * qs;
-  alignas(64) float tmp[kRows * kSub];
-  for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
-    const uint8_t* blk = blocks + size_t(b) * bb;
-    PrefetchBytes(blk + 4 * bb, bb);  // four blocks ahead (a prefetch past the end never faults)
-    const int64_t first = b * kSub;
-    if (first >= i0 && first + kSub <= i1) {
-      TableScoreBlock<kRows>(tabs, n_words, blk, out + (first - i0), out_stride);
-      continue;
-    }
-    TableScoreBlock<kRows>(tabs, n_words, blk, tmp, kSub);
-    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
-    for (int r = 0; r < kRows; ++r) {
-      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
-    }
-  }
+  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
+    TableScoreBlock<kRows>(tabs, n_words, blk, dst, stride);
+  });
 }
 
 void TurboLanesTableScores(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words,
