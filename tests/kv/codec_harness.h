@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -277,6 +278,33 @@ int for_each_supported_target(Fn fn) {
     ++tried;
   }
   return tried;
+}
+
+// The prepared states of the n_q rows of q (d floats each) for kc, one after another.
+inline std::vector<float> prepare_queries(const KeyCodec& kc, const std::vector<float>& q, int n_q) {
+  const size_t qs = kc.query_state_floats();
+  std::vector<float> states(size_t(n_q) * qs);
+  for (int r = 0; r < n_q; ++r) kc.prepare_query(&q[size_t(r) * kc.head_dim()], &states[size_t(r) * qs]);
+  return states;
+}
+
+// kc's scores of the n_q prepared states against tokens [i0, i1) of the run e, once on every
+// target this CPU runs (for_each_supported_target): each target's scores (rows of i1 - i0) go to
+// check(scores), and every target must give the first one's bits. Returns how many targets ran.
+template <typename Check>
+int scores_on_every_target(const KeyCodec& kc, const std::vector<float>& states, int n_q, const Encoded& e,
+                           int64_t i0, int64_t i1, Check check) {
+  std::vector<float> first;
+  return for_each_supported_target([&] {
+    std::vector<float> s(size_t(n_q) * size_t(i1 - i0), -1.0f);
+    kc.scores(states.data(), n_q, e.bytes.data(), 0, i0, i1, s.data(), size_t(i1 - i0));
+    check(s);
+    if (first.empty()) {
+      first = s;
+    } else {
+      EXPECT_EQ(std::memcmp(first.data(), s.data(), s.size() * 4), 0) << "bits differ from the first target";
+    }
+  });
 }
 
 // A rotated spec's head dims: powers of two take the Hadamard rotation, others a dense random

@@ -26,6 +26,21 @@ TEST(Method_qjl, FusedEqualsReference) {
   check_all("qjl:m=64,outliers=2,group=16", {320}, 32);  // u16 channel indices
 }
 
+// Without outlier channels (m a multiple of 32) keys keep tokens in the vector lanes and score
+// through TurboQuant's nibble-table kernel: equal to the reference and the same bits on every
+// target the CPU runs, for several queries over a range that starts and ends inside a block.
+TEST(Method_qjl, LaneKeysOnEveryTarget) {
+  EXPECT_GE(for_each_supported_target([] { check_all("qjl:m=64,outliers=0", {64, 128}, 64); }), 2);
+  for (const char* spec : {"qjl:outliers=0", "qjl:m=128,outliers=0,seed=4"}) {
+    SCOPED_TRACE(spec);
+    const int d = 128, n_q = 6, n = 80;
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 2, 1});
+    const auto q = make_data(Data::kGaussian, n_q, d, 31);
+    const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 32), 0);
+    EXPECT_GE(scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, 7, 75, [](const auto&) {}), 2);
+  }
+}
+
 // Outlier indices outside the head or repeated (a crafted saved cache) are read safely.
 TEST(Method_qjl, DamagedOutlierIndicesAreSkipped) {
   check_damaged_blocks("qjl:m=64,outliers=4,group=8", 64, [](uint8_t* block, bool is_key) {

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -51,19 +50,7 @@ TEST(Method_turbo, TableScoresIdenticalOnEveryTarget) {
     const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 1, 1});
     const auto q = make_data(Data::kOutliers, n_q, d, 21);
     const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 22), 0);
-    const size_t qs = kc->query_state_floats();
-    std::vector<float> states(size_t(n_q) * qs);
-    for (int r = 0; r < n_q; ++r) kc->prepare_query(&q[size_t(r) * d], &states[size_t(r) * qs]);
-    std::vector<float> first;
-    const int tried = for_each_supported_target([&] {
-      std::vector<float> s(size_t(n_q) * (i1 - i0), -1.0f);
-      kc->scores(states.data(), n_q, e.bytes.data(), 0, i0, i1, s.data(), size_t(i1 - i0));
-      if (first.empty()) {
-        first = s;
-      } else {
-        EXPECT_EQ(std::memcmp(first.data(), s.data(), s.size() * 4), 0) << "bits differ from the first target";
-      }
-    });
+    const int tried = scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, i0, i1, [](const auto&) {});
     EXPECT_GE(tried, 2);
   }
 }
