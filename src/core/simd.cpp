@@ -11,9 +11,9 @@ std::string simd_target_name() {
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
   const int64_t best = supported & -supported;  // lowest bit is the best target
   std::string name = hwy::TargetName(best);
-  // AVX3_DL is compiled only where a file asks for it (q4.cpp, for vpdpbusd), so on a VNNI CPU
-  // q4's kernels run one target above the rest.
-  if (best == HWY_AVX3 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) name += " (q4: AVX3_DL)";
+  // AVX3_DL is compiled only where a file asks for it (q4.cpp for vpdpbusd, rabitq_lanes.cpp for
+  // vpopcntd), so on such a CPU those kernels run one target above the rest.
+  if (best == HWY_AVX3 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) name += " (q4, rabitq: AVX3_DL)";
   return name;
 }
 
