@@ -267,15 +267,8 @@ class QjlLaneKeyCodec final : public KeyCodec {
   void decode(const uint8_t* block, int64_t pos0, float* keys) const override {
     std::vector<float> z(size_t(block_tokens()) * m_);
     rows_->decode(block, pos0, z.data());
-    for (int t = 0; t < block_tokens(); ++t) {
-      const float* zt = &z[size_t(t) * m_];
-      for (int c = 0; c < d_; ++c) {
-        const float* col = sketch_.column(c);
-        float acc = 0.0f;
-        for (int j = 0; j < m_; ++j) acc += col[j] * zt[j];
-        keys[size_t(t) * d_ + c] = acc;
-      }
-    }
+    std::fill_n(keys, size_t(block_tokens()) * d_, 0.0f);
+    for (int t = 0; t < block_tokens(); ++t) sketch_.add_transposed(&z[size_t(t) * m_], keys + size_t(t) * d_);
   }
   size_t query_state_floats() const override { return rows_->query_state_floats(); }
   void prepare_query(const float* q, float* state) const override {

@@ -80,6 +80,16 @@ class GaussianSketch {
     }
   }
 
+  // out[c] += (S^T z)_c for z of m floats (the sum over the rows taken first, then added).
+  void add_transposed(const float* z, float* out) const {
+    for (int c = 0; c < d_; ++c) {
+      const float* col = column(c);
+      float s = 0.0f;
+      for (int i = 0; i < m_; ++i) s += col[i] * z[i];
+      out[c] += s;
+    }
+  }
+
   // out[c] += coef * (S[0, rows)^T sign bits)_c over the same channels as `project`.
   void add_transposed_signs(float coef, const uint8_t* bits, int rows, float* out, const uint8_t* mask = nullptr,
                             bool in_mask = false) const {

@@ -168,29 +168,16 @@ void TurboLanesScores(int bits, const float* q, int n_q, size_t qs, const uint8_
 // table lookup can stand for all of them: the query state holds, per nibble, the 16 partial dot
 // products of its channels (turbo_lanes.h), and a token's score is one lookup and one add per 4
 // channels instead of one lookup per channel and one multiply-add per channel and query: 72
-// instead of 192 operations per word of 16 tokens for four queries. The kernel is written for
-// any width whose codes tile a nibble, but at 2 bits (2 channels a nibble) it measured no faster
-// than the per-channel kernel: its lookups are per query there (4 per 2 channels against 1 per
-// channel), and on AVX-512 lookups issue on one port.
-
-// t[low 4 bits of idx] for a 16-entry table in memory.
-HWY_INLINE VF Lookup16(const float* HWY_RESTRICT t, VU idx) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return VF{_mm512_permutexvar_ps(idx.raw, _mm512_loadu_ps(t))};
-#elif HWY_TARGET == HWY_AVX2
-  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), idx.raw);
-  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), idx.raw);
-  return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx.raw, 28)))};
-#else
-  const DI di;
-  return hn::GatherIndex(DF(), t, hn::BitCast(di, hn::And(idx, hn::Set(DU(), 15u))));
-#endif
-}
+// instead of 192 operations per word of 16 tokens for four queries. The same scheme at 2 bits (2
+// channels a nibble) measured no faster than the per-channel kernel: its lookups are per query
+// there (4 per 2 channels against 1 per channel), and on AVX-512 lookups issue on one port.
+// Each nibble's table is read with the level
+// lookup of 4-bit codes (Lookup<4>), loaded from memory.
 
 template <int kRows, int n>
 HWY_INLINE void TableNibble(VU w, const float* const* tabs, size_t nib, VF (*acc)[kRows]) {
   const VU idx = n == 0 ? w : hn::ShiftRight<4 * n>(w);
-  for (int r = 0; r < kRows; ++r) acc[n % kSets][r] = hn::Add(acc[n % kSets][r], Lookup16(tabs[r] + (nib + n) * 16, idx));
+  for (int r = 0; r < kRows; ++r) acc[n % kSets][r] = hn::Add(acc[n % kSets][r], Lookup<4>(LoadLevels(tabs[r] + (nib + n) * 16), idx));
 }
 
 template <int kRows, size_t... N>
@@ -198,9 +185,8 @@ HWY_INLINE void TableWord(VU w, const float* const* tabs, size_t nib, VF (*acc)[
   (TableNibble<kRows, int(N)>(w, tabs, nib, acc), ...);
 }
 
-// out[r * out_stride + t] = scale_t * sum over nibbles of tabs[r][nibble][its code bits]; the
-// block's words are read in order, nibble (g * kBits + m) * 8 + n being bits 4n.. of word m of
-// group g.
+// out[r * out_stride + t] = scale_t * sum over nibbles of tabs[r][nibble][its code bits]; nibble
+// 8m + n is bits 4n.. of the block's word m (word g holds group g's 32 channels).
 template <int kRows>
 HWY_INLINE void TableScoreBlock(const float* const* tabs, int n_words, const uint8_t* HWY_RESTRICT blk,
                                 float* HWY_RESTRICT out, size_t out_stride) {
@@ -498,21 +484,18 @@ class LaneKeyCodec final : public LaneBlockCodec<KeyCodec> {
   explicit LaneKeyCodec(TurboRows rows)
       : LaneBlockCodec<KeyCodec>(std::move(rows)),
         tables_(core().bits() == 1 && core().d() <= kMaxTableDim) {}
-  size_t query_state_floats() const override {
-    return tables_ ? size_t(core().d()) * 4 * size_t(core().bits()) : size_t(core().d());
-  }
+  size_t query_state_floats() const override { return size_t(core().d()) * (tables_ ? 4 : 1); }
   void prepare_query(const float* q, float* state) const override {
     const LaneCodecCore& c = core();
     if (!tables_) {
       std::copy_n(q, c.d(), state);
       return;
     }
-    const int per = 4 / c.bits(), mask = (1 << c.bits()) - 1;
     const float* lv = c.table16();
-    for (int k = 0; k < c.d() / per; ++k) {
+    for (int k = 0; k < c.d() / 4; ++k) {
       for (int i = 0; i < 16; ++i) {
         float sum = 0.0f;
-        for (int j = 0; j < per; ++j) sum += q[k * per + j] * lv[(i >> (j * c.bits())) & mask];
+        for (int j = 0; j < 4; ++j) sum += q[4 * k + j] * lv[(i >> j) & 1];
         state[size_t(k) * 16 + size_t(i)] = sum;
       }
     }
@@ -521,8 +504,8 @@ class LaneKeyCodec final : public LaneBlockCodec<KeyCodec> {
               size_t out_stride) const override {
     const LaneCodecCore& c = core();
     if (tables_) {
-      HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, query_state_floats(), blocks, c.bytes(),
-                                                  c.d() / kGroup * c.bits(), i0, i1, out, out_stride);
+      HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, query_state_floats(), blocks, c.bytes(), c.d() / kGroup,
+                                                  i0, i1, out, out_stride);
       return;
     }
     HWY_DYNAMIC_DISPATCH(TurboLanesScores)(c.bits(), states, n_q, size_t(c.d()), blocks, c.bytes(), c.d(), i0, i1,

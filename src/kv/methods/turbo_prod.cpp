@@ -179,15 +179,10 @@ class ProdValueCodec final : public RowBlockCodec<ValueCodec, ProdRows> {
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t as = accum_floats();
-    const int m = rows().m();
     for (int r = 0; r < n_q; ++r) {
       const float* a = acc + size_t(r) * as;
-      for (int c = 0; c < d_; ++c) {
-        const float* col = rows().sketch().column(c);
-        float s = 0.0f;
-        for (int i = 0; i < m; ++i) s += col[i] * a[d_ + i];
-        out[size_t(r) * d_ + c] = a[c] + s;
-      }
+      std::copy_n(a, d_, out + size_t(r) * d_);
+      rows().sketch().add_transposed(a + d_, out + size_t(r) * d_);
     }
   }
 
