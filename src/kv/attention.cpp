@@ -105,7 +105,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     P.init(rows, A, d);
     const int64_t c_begin = (first_chunk + c) * chunk_len;
     const int64_t c_end = std::min(c_begin + chunk_len, pos_max + 1);
-    const int64_t T = rows <= 16 ? 256 : 64;
+    const int64_t T = rows <= 16 ? std::max<int64_t>(256, value_codec(h).preferred_run_tokens()) : 64;
     std::vector<float> sc(size_t(rows) * size_t(T)), rescale(static_cast<size_t>(rows));
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;

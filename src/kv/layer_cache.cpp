@@ -71,10 +71,10 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   for (int h = 0; h < H; ++h) {
     keys_.push_back(std::make_unique<TokenStream>(config.head_dim, kc.block_tokens(), kc.block_bytes(),
                                                   method.keys().key_keep(), sinks, flush_step(kc),
-                                                  TokenStream::page_tokens_for(config.sliding_window)));
+                                                  TokenStream::page_tokens_for(config.sliding_window, vc.preferred_run_tokens())));
     values_.push_back(std::make_unique<TokenStream>(config.head_dim, vc.block_tokens(), vc.block_bytes(),
                                                     method.values().value_keep(), sinks, flush_step(vc),
-                                                    TokenStream::page_tokens_for(config.sliding_window)));
+                                                    TokenStream::page_tokens_for(config.sliding_window, vc.preferred_run_tokens())));
   }
 }
 
@@ -155,7 +155,8 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
         c.sliding_window > 0 ? std::min<int64_t>(n_tokens, c.sliding_window + max_batch + 512) : n_tokens;
     const auto stream = [&](int B, size_t block_bytes, int keep, int step) {
       const int64_t blocks = (std::max<int64_t>(0, span - sinks) + B - 1) / B;
-      const int64_t per_page = TokenStream::blocks_per_page(B, TokenStream::page_tokens_for(c.sliding_window));
+      const int64_t per_page =
+          TokenStream::blocks_per_page(B, TokenStream::page_tokens_for(c.sliding_window, vc->preferred_run_tokens()));
       const int64_t pages = (blocks + per_page - 1) / per_page;
       return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + step) * c.head_dim * 2) +
              round(size_t(sinks) * c.head_dim * 2);

@@ -80,6 +80,7 @@ class RotatedValueCodec final : public RotatedCodec<ValueCodec> {
     inner().finalize(acc, n_q, out);
     rotate_rows(rotation(), out, n_q, head_dim(), true);
   }
+  int64_t preferred_run_tokens() const override { return inner().preferred_run_tokens(); }
 };
 
 }  // namespace

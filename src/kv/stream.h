@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -36,10 +37,13 @@ class TokenStream {
   TokenStream(int head_dim, int block_tokens, size_t block_bytes, int keep, int sinks, int step,
               int64_t page_tokens);
 
-  // Pages of 256 tokens keep attention's calls long; a sliding-window layer, which holds little
-  // more than its window, uses pages of 64 so that the unfilled tail of its last page and its
-  // partly visible first page waste little.
-  static int64_t page_tokens_for(int64_t sliding_window) { return sliding_window > 0 ? 64 : 256; }
+  // Pages of 256 tokens keep attention's calls long (longer where the value codec asks for longer
+  // runs: a call never crosses a page); a sliding-window layer, which holds little more than its
+  // window, uses pages of 64 so that the unfilled tail of its last page and its partly visible
+  // first page waste little.
+  static int64_t page_tokens_for(int64_t sliding_window, int64_t preferred_run = 0) {
+    return sliding_window > 0 ? 64 : std::max<int64_t>(256, preferred_run);
+  }
   // Blocks per page for a given block size.
   static int64_t blocks_per_page(int block_tokens, int64_t page_tokens);
 

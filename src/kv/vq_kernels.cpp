@@ -1,11 +1,18 @@
-// Kernels of product vector quantizers: the Highway nearest-centroid search, and the lookup-table sum.
+// Kernels of product vector quantizers: the Highway nearest-centroid search, and the byte
+// lookup-table scores (vpermi2b on AVX-512 VBMI).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // vpermi2b (AVX512_VBMI) where the CPU has it
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/vq_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/kv/vq_kernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 HWY_BEFORE_NAMESPACE();
 namespace vq::kv {
@@ -56,6 +63,183 @@ int NearestCentroid(const float* HWY_RESTRICT ct, const float* HWY_RESTRICT norm
   return idx;
 }
 
+// See lut_u8_prepare in vq_kernels.h. table: n_sub * 256 floats of scratch; lo: n_sub floats.
+void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT y,
+                  float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT state) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  float range = 0;
+  double bias = 0;
+  for (int s = 0; s < n_sub; ++s) {
+    const float* cs = ct + size_t(s) * sub * kLutCentroids;
+    const float* ys = y + size_t(s) * sub;
+    float* ts = table + size_t(s) * kLutCentroids;
+    auto vmin = hn::Set(df, std::numeric_limits<float>::infinity());
+    auto vmax = hn::Neg(vmin);
+    for (int c = 0; c < kLutCentroids; c += N) {
+      auto dot = hn::Mul(hn::Set(df, ys[0]), hn::LoadU(df, cs + c));
+      for (int j = 1; j < sub; ++j) dot = hn::Add(dot, hn::Mul(hn::Set(df, ys[j]), hn::LoadU(df, cs + size_t(j) * kLutCentroids + c)));
+      hn::StoreU(dot, df, ts + c);
+      vmin = hn::Min(vmin, dot);
+      vmax = hn::Max(vmax, dot);
+    }
+    lo[s] = hn::GetLane(hn::MinOfLanes(df, vmin));
+    range = std::max(range, hn::GetLane(hn::MaxOfLanes(df, vmax)) - lo[s]);
+    bias += lo[s];
+  }
+  const float inv = range > 0 ? 255.0f / range : 0.0f;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> du8;
+  uint8_t* u = reinterpret_cast<uint8_t*>(state + kLutHeaderFloats);
+  const auto zero = hn::Zero(df), top = hn::Set(df, 255.0f), vinv = hn::Set(df, inv);
+  for (int s = 0; s < n_sub; ++s) {
+    const auto vlo = hn::Set(df, lo[s]);
+    for (int c = 0; c < kLutCentroids; c += N) {
+      const size_t at = size_t(s) * kLutCentroids + size_t(c);
+      const auto x = hn::Round(hn::Mul(hn::Sub(hn::LoadU(df, table + at), vlo), vinv));
+      const auto v = hn::Min(hn::Max(hn::IfThenElseZero(hn::Eq(x, x), x), zero), top);  // NaN (a NaN query) -> 0
+      hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, v)), du8, u + at);
+    }
+  }
+  std::fill_n(state, kLutHeaderFloats, 0.0f);
+  state[0] = float(bias);
+  state[1] = range / 255.0f;
+}
+
+// See lut_centroid_weights in vq_kernels.h. Four rows at a time (missing rows weigh 0),
+// kLutWeightRun tokens at a time, four sub-vectors at a time: a token's four-row weight vector is
+// loaded once and added to its four sub-vectors' [centroid][row] sums, four independent
+// load-add-store steps (their tables differ, so none waits on another's store). Each sum adds its
+// tokens in order, on every target.
+void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub,
+                        const uint8_t* HWY_RESTRICT blocks, size_t bb, int64_t i0, int64_t i1,
+                        float* HWY_RESTRICT acc, size_t acc_stride) {
+  constexpr int B = kLutBlockTokens, kRows = 4, kChunk = kLutWeightRun, kGroup = 4;
+  const hn::CappedTag<float, kRows> d4;  // the four rows of a sum (one lane at a time on HWY_SCALAR)
+  const int N4 = int(hn::Lanes(d4));
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  HWY_ALIGN float sums[kGroup][kLutCentroids * kRows];  // [sub-vector of the group][centroid][row]
+  HWY_ALIGN float wt[kChunk * kRows];                   // [token][row]
+  for (int r0 = 0; r0 < n_q; r0 += kRows) {
+    const int nr = std::min(kRows, n_q - r0);
+    for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
+      const int n = int(std::min<int64_t>(kChunk, i1 - c0));
+      std::fill_n(wt, size_t(n) * kRows, 0.0f);
+      for (int r = 0; r < nr; ++r) {
+        const float* wr = w + size_t(r0 + r) * w_stride + size_t(c0 - i0);
+        for (int t = 0; t < n; ++t) wt[t * kRows + r] = wr[t];
+      }
+      for (int s0 = 0; s0 < n_sub; s0 += kGroup) {
+        const int g = std::min(kGroup, n_sub - s0);
+        std::fill_n(&sums[0][0], size_t(g) * kLutCentroids * kRows, 0.0f);
+        for (int t = 0; t < n;) {
+          const int64_t i = c0 + t, blk = i / B, slot = i % B;
+          const int m = int(std::min<int64_t>(n - t, B - slot));
+          const uint8_t* idx = blocks + size_t(blk) * bb + size_t(s0) * B + size_t(slot);
+          const float* wk = wt + size_t(t) * kRows;
+          if (g == kGroup && N4 == kRows) {
+            for (int k = 0; k < m; ++k) {
+              const auto wv = hn::Load(d4, wk + size_t(k) * kRows);
+              float* p0 = sums[0] + size_t(idx[k]) * kRows;
+              float* p1 = sums[1] + size_t(idx[k + B]) * kRows;
+              float* p2 = sums[2] + size_t(idx[k + 2 * B]) * kRows;
+              float* p3 = sums[3] + size_t(idx[k + 3 * B]) * kRows;
+              const auto a0 = hn::Add(hn::Load(d4, p0), wv), a1 = hn::Add(hn::Load(d4, p1), wv);
+              const auto a2 = hn::Add(hn::Load(d4, p2), wv), a3 = hn::Add(hn::Load(d4, p3), wv);
+              hn::Store(a0, d4, p0);
+              hn::Store(a1, d4, p1);
+              hn::Store(a2, d4, p2);
+              hn::Store(a3, d4, p3);
+            }
+          } else {
+            for (int k = 0; k < m; ++k) {
+              for (int u = 0; u < g; ++u) {
+                float* p = sums[u] + size_t(idx[k + u * B]) * kRows;
+                const float* q = wk + size_t(k) * kRows;
+                for (int j = 0; j < kRows; j += N4) hn::Store(hn::Add(hn::Load(d4, p + j), hn::Load(d4, q + j)), d4, p + j);
+              }
+            }
+          }
+          t += m;
+        }
+        // [centroid][row] to the rows: N centroids' four rows de-interleaved at a time.
+        for (int u = 0; u < g; ++u) {
+          float* a[kRows];
+          for (int r = 0; r < kRows; ++r) {
+            a[r] = acc + size_t(r0 + std::min(r, nr - 1)) * acc_stride + size_t(s0 + u) * kLutCentroids;
+          }
+          for (int c = 0; c < kLutCentroids; c += N) {
+            hn::Vec<DF> v[kRows];
+            hn::LoadInterleaved4(df, sums[u] + size_t(c) * kRows, v[0], v[1], v[2], v[3]);
+            for (int r = 0; r < nr; ++r) hn::StoreU(hn::Add(hn::LoadU(df, a[r] + c), v[r]), df, a[r] + c);
+          }
+        }
+      }
+    }
+  }
+}
+
+// See lut_u8_scores in vq_kernels.h.
+void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub, const uint8_t* HWY_RESTRICT blocks,
+                 size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
+  constexpr int B = kLutBlockTokens;
+  for (int r = 0; r < n_q; ++r) {
+    const float* st = states + size_t(r) * sf;
+    const uint8_t* tab = lut_u8_tables(st);
+    const float bias = lut_u8_bias(st), step = lut_u8_step(st);
+    float* o = out + size_t(r) * out_stride;
+    for (int64_t a = i0; a < i1;) {
+      const int64_t blk = a / B, slot = a % B;
+      const int n = int(std::min<int64_t>(i1 - a, B - slot));
+      const uint8_t* idx = blocks + size_t(blk) * bb + size_t(slot);
+#if HWY_TARGET == HWY_AVX3_DL
+      // 64 tokens per vector: a sub-vector's 256-byte table is four registers; vpermi2b looks up
+      // entries 0-127 and 128-255 by the low 7 bits of each index byte, and the index's top bit
+      // picks between them. Byte sums widen to 16 bits (at most 256 sub-vectors of 255 each fit),
+      // and to 32 bits once per batch of 256 sub-vectors.
+      const __mmask64 m = n == B ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
+      __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                        _mm512_setzero_si512()};
+      for (int s0 = 0; s0 < n_sub; s0 += 256) {
+        const int s1 = std::min(n_sub, s0 + 256);
+        __m512i lo16 = _mm512_setzero_si512(), hi16 = _mm512_setzero_si512();
+        for (int s = s0; s < s1; ++s) {
+          // The first row pulls the run's indices from memory: ask for the block after next.
+          if (r == 0) _mm_prefetch(reinterpret_cast<const char*>(idx + 2 * bb + size_t(s) * B), _MM_HINT_T0);
+          const __m512i x = _mm512_maskz_loadu_epi8(m, idx + size_t(s) * B);
+          const uint8_t* t = tab + size_t(s) * kLutCentroids;
+          const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(t), x, _mm512_loadu_si512(t + 64));
+          const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 128), x, _mm512_loadu_si512(t + 192));
+          const __m512i v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high);
+          lo16 = _mm512_add_epi16(lo16, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)));
+          hi16 = _mm512_add_epi16(hi16, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)));
+        }
+        sum[0] = _mm512_add_epi32(sum[0], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(lo16)));
+        sum[1] = _mm512_add_epi32(sum[1], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lo16, 1)));
+        sum[2] = _mm512_add_epi32(sum[2], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi16)));
+        sum[3] = _mm512_add_epi32(sum[3], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi16, 1)));
+      }
+      const __m512 vb = _mm512_set1_ps(bias), vs = _mm512_set1_ps(step);
+      float* oa = o + (a - i0);
+      for (int k = 0; k < 4; ++k) {
+        const __mmask16 mk = __mmask16(m >> (16 * k));
+        if (mk == 0) break;
+        const __m512 f = _mm512_add_ps(vb, _mm512_mul_ps(vs, _mm512_cvtepi32_ps(sum[k])));
+        _mm512_mask_storeu_ps(oa + 16 * k, mk, f);
+      }
+#else
+      for (int t = 0; t < n; ++t) {
+        uint32_t sum = 0;
+        for (int s = 0; s < n_sub; ++s) sum += tab[size_t(s) * kLutCentroids + idx[size_t(s) * B + size_t(t)]];
+        o[(a - i0) + t] = bias + step * float(sum);
+      }
+#endif
+      a += n;
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv
 HWY_AFTER_NAMESPACE();
@@ -66,29 +250,21 @@ HWY_EXPORT(NearestCentroid);
 int nearest_centroid(const float* centroids_t, const float* norms, int k, int sub, const float* x) {
   return HWY_DYNAMIC_DISPATCH(NearestCentroid)(centroids_t, norms, k, sub, x);
 }
-// Scalar loads, eight tokens at a time in eight independent sums. The table of one query row
-// (n_sub * k floats, 32 KB at d = 128 and 4-coordinate sub-vectors) is read at random, and on
-// AMD Zen 3 eight scalar loads cost less than one AVX2 gather of eight lanes: codec_bench's
-// scores/vecinfer took 0.32-0.40 ms with these loads against 0.48-0.50 ms with Highway's
-// GatherIndex, interleaved in one session. Each sum adds its entries in the order s = 0, 1, ...,
-// as the gather loop did, so the scores are the same bits.
-void lut_gather_sum(const float* table, int k, const uint8_t* idx, size_t idx_stride, int n_sub, int n, float* out) {
-  int t = 0;
-  for (; t + 8 <= n; t += 8) {
-    float a[8];
-    for (int j = 0; j < 8; ++j) a[j] = out[t + j];
-    for (int s = 0; s < n_sub; ++s) {
-      const uint8_t* is = idx + size_t(s) * idx_stride + size_t(t);
-      const float* ts = table + size_t(s) * size_t(k);
-      for (int j = 0; j < 8; ++j) a[j] += ts[is[j]];
-    }
-    for (int j = 0; j < 8; ++j) out[t + j] = a[j];
-  }
-  for (; t < n; ++t) {
-    float a = out[t];
-    for (int s = 0; s < n_sub; ++s) a += table[size_t(s) * size_t(k) + idx[size_t(s) * idx_stride + size_t(t)]];
-    out[t] = a;
-  }
+HWY_EXPORT(LutU8Scores);
+void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub, const uint8_t* blocks,
+                   size_t block_bytes, int64_t i0, int64_t i1, float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(LutU8Scores)(states, state_floats, n_q, n_sub, blocks, block_bytes, i0, i1, out, out_stride);
+}
+
+HWY_EXPORT(LutU8Prepare);
+void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state) {
+  std::vector<float> table(size_t(n_sub) * kLutCentroids), lo(static_cast<size_t>(n_sub));
+  HWY_DYNAMIC_DISPATCH(LutU8Prepare)(centroids_t, n_sub, sub, y, table.data(), lo.data(), state);
+}
+HWY_EXPORT(LutCentroidWeights);
+void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,
+                          size_t block_bytes, int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(LutCentroidWeights)(w, w_stride, n_q, n_sub, blocks, block_bytes, i0, i1, acc, acc_stride);
 }
 }  // namespace vq::kv
 #endif

@@ -1,5 +1,5 @@
 // Kernels of product vector quantizers: the nearest-centroid search that encodes a sub-vector,
-// and the lookup-table sum that scores a block of tokens from their centroid indices.
+// and the lookup-table sum that scores a run of tokens from their centroid indices.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,45 @@ namespace vq::kv {
 // ties. The running minimum and its index stay in registers; no distance row is stored.
 int nearest_centroid(const float* centroids_t, const float* norms, int k, int sub, const float* x);
 
-// out[t] += sum over s < n_sub of table[s * k + idx[s * idx_stride + t]], for t < n.
-void lut_gather_sum(const float* table, int k, const uint8_t* idx, size_t idx_stride, int n_sub, int n, float* out);
+// Scoring from byte tables (the quantized lookup table of FAISS's fast scan and Quick ADC, here
+// at 256 centroids). Once per step and query row, the float table T[s][c] = <q_s, c> becomes
+// bytes: u[s][c] = round((T[s][c] - lo_s) / step), lo_s = min_c T[s][c], one step per row
+// (the widest sub-vector's range / 255), so that a token's score is
+//   bias + step * sum_s u[s][idx_s],   bias = sum_s lo_s,
+// an integer sum until one multiply and one add (kept apart): every SIMD target gives the same
+// bits. Each entry is off by at most step / 2, a score by at most n_sub * step / 2.
+//
+// A query row's state: kLutHeaderFloats floats (bias, step, padding), then the n_sub tables of
+// 256 bytes. Tokens come in blocks of kLutBlockTokens, the index bytes sub-vector-major
+// ([s][64 tokens]), so one vector load holds 64 tokens' indices of a sub-vector.
+constexpr int kLutCentroids = 256;
+constexpr int kLutBlockTokens = 64;
+constexpr size_t kLutHeaderFloats = 16;
+inline size_t lut_u8_state_floats(int n_sub) { return kLutHeaderFloats + size_t(n_sub) * kLutCentroids / 4; }
+inline const uint8_t* lut_u8_tables(const float* state) { return reinterpret_cast<const uint8_t*>(state + kLutHeaderFloats); }
+inline float lut_u8_bias(const float* state) { return state[0]; }
+inline float lut_u8_step(const float* state) { return state[1]; }
+// The state of one query row y (n_sub * sub floats, already in the codebook's space) against
+// centroids given transposed per sub-vector ([s][j][256]): the float table, then its bytes. The
+// table's dot products add j = 0, 1, ... with multiplies and adds kept apart, the same bits on
+// every target.
+void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state);
+
+// Values as centroid weights: acc[r * acc_stride + s * 256 + c] += the sum of w[r * w_stride +
+// (i - i0)] over the tokens i in [i0, i1) whose index of sub-vector s is c, for the n_q rows and
+// a run of blocks laid out as above. Four rows at a time, one 16-byte add per token and
+// sub-vector into a table of [centroid][row] sums (four sub-vectors' tables, 16 KB, stay in L1)
+// that is added to the rows' accumulators once per pass of kLutWeightRun tokens: a quarter of the
+// stores of adding row by row. The fold is a fixed cost per pass, so the value codec asks the
+// attention loop for runs this long (ValueCodec::preferred_run_tokens).
+constexpr int kLutWeightRun = 4096;
+void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,
+                          size_t block_bytes, int64_t i0, int64_t i1, float* acc, size_t acc_stride);
+// out[r * out_stride + (i - i0)] = the score of token i in [i0, i1) of a run of blocks of
+// `block_bytes` bytes (the indices at the start of each block), for the n_q rows whose states
+// lie state_floats apart. The AVX-512 VBMI target looks the bytes up with vpermi2b, 64 tokens
+// per instruction pair; the others add the bytes one token at a time.
+void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub, const uint8_t* blocks,
+                   size_t block_bytes, int64_t i0, int64_t i1, float* out, size_t out_stride);
 
 }  // namespace vq::kv

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,10 +75,13 @@ inline double norm(const float* x, int d) {
 // query or the weights in fixed point passes the bound that fixed point implies. acc_rel_tol,
 // when given (>= 0), holds the accumulation to its own bound (a codec that quantizes only the
 // query); otherwise rel_tol holds both.
-// ctx: what the codecs are built for (its head_dim is d).
+// ctx: what the codecs are built for (its head_dim is d). score_slack, when given, adds to each
+// score's bound the error a codec's scoring allows by design, from the query row's state (a
+// lookup table quantized to bytes: VecInfer).
+using ScoreSlack = std::function<double(const KeyCodec&, const float* state)>;
 inline void check_fused_equals_reference(const Method& m, const CodecContext& ctx, Data kind, uint64_t seed,
                                          int tokens = 96, int n_q = 5, double rel_tol = 1e-5,
-                                         double acc_rel_tol = -1) {
+                                         double acc_rel_tol = -1, const ScoreSlack& score_slack = nullptr) {
   const int d = ctx.head_dim;
   SCOPED_TRACE(m.spec() + " d=" + std::to_string(d));
   const auto kc = m.keys().key_codec(ctx);
@@ -104,7 +108,8 @@ inline void check_fused_equals_reference(const Method& m, const CodecContext& ct
       for (int64_t i = i0; i < i1; ++i) {
         double ref = 0;
         for (int j = 0; j < d; ++j) ref += double(q[size_t(r) * d + j]) * kd[size_t(i) * d + j];
-        const double bound = rel_tol * norm(&q[size_t(r) * d], d) * norm(&kd[size_t(i) * d], d) + 1e-30;
+        const double slack = score_slack ? score_slack(*kc, &states[size_t(r) * kc->query_state_floats()]) : 0.0;
+        const double bound = rel_tol * norm(&q[size_t(r) * d], d) * norm(&kd[size_t(i) * d], d) + slack + 1e-30;
         ASSERT_LE(std::fabs(s[size_t(r) * (n + 1) + (i - i0)] - ref), bound) << "score r=" << r << " i=" << i;
       }
     }

@@ -104,6 +104,10 @@ class ValueCodec {
                           int64_t pos0, int64_t i0, int64_t i1, float* acc) const = 0;
   // out[r * head_dim + j] = the head_dim values the accumulator of query r stands for.
   virtual void finalize(const float* acc, int n_q, float* out) const = 0;
+  // Tokens per `accumulate` call the attention loop should give in decode (it gives at least
+  // 256): a codec whose every call pays a fixed cost (VecInfer folds a table of centroid sums
+  // into the rows' accumulators) asks for longer runs. 0: no preference.
+  virtual int64_t preferred_run_tokens() const { return 0; }
 };
 
 }  // namespace vq::kv

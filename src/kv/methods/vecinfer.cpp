@@ -49,8 +49,8 @@
 namespace vq::kv {
 namespace {
 
-constexpr int kBlockTokens = 16;
-constexpr int kCentroids = 256;
+constexpr int kBlockTokens = kLutBlockTokens;  // 64
+constexpr int kCentroids = kLutCentroids;      // 256
 constexpr int kMaxDim = 4096;
 constexpr int64_t kMaxSamples = 8192;  // vectors k-means learns from, per layer and side
 constexpr int kKmeansRounds = 16;
@@ -79,6 +79,7 @@ class Codebook {
   int sub() const { return sub_; }
   int n_sub() const { return n_sub_; }
   const float* at(int s, int c) const { return c_.data() + (size_t(s) * kCentroids + c) * sub_; }
+  const float* transposed() const { return t_.data(); }  // [s][j][c]
   uint8_t nearest(int s, const float* x) const {
     return uint8_t(nearest_centroid(t_.data() + size_t(s) * sub_ * kCentroids, norms_.data() + size_t(s) * kCentroids,
                                     kCentroids, sub_, x));
@@ -212,36 +213,16 @@ class VecInferKeyCodec final : public KeyCodec {
       for (int j = 0; j < d_; ++j) y[j] *= smooth_[size_t(j)];
     }
   }
-  size_t query_state_floats() const override { return size_t(book_.n_sub()) * kCentroids; }
+  size_t query_state_floats() const override { return lut_u8_state_floats(book_.n_sub()); }
   void prepare_query(const float* q, float* state) const override {
     float y[kMaxDim];
     for (int j = 0; j < d_; ++j) y[j] = q[j] * smooth_[size_t(j)];
     rot_.forward(y);
-    for (int s = 0; s < book_.n_sub(); ++s) {
-      for (int c = 0; c < kCentroids; ++c) {
-        const float* cv = book_.at(s, c);
-        float dot = 0;
-        for (int j = 0; j < book_.sub(); ++j) dot += y[s * book_.sub() + j] * cv[j];
-        state[size_t(s) * kCentroids + c] = dot;
-      }
-    }
+    lut_u8_prepare(book_.transposed(), book_.n_sub(), book_.sub(), y, state);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    const size_t sf = query_state_floats();
-    // Row by row over the whole range: one row's table (32 KB at d = 128, ksub = 4) stays in L1
-    // while the range's indices pass; the tables of several rows at once would not fit.
-    for (int r = 0; r < n_q; ++r) {
-      for (int64_t a = i0; a < i1;) {
-        const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
-        const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
-        const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
-        float* o = out + size_t(r) * out_stride + size_t(a - i0);
-        std::fill_n(o, n, 0.0f);
-        lut_gather_sum(states + size_t(r) * sf, kCentroids, idx, kBlockTokens, book_.n_sub(), int(n), o);
-        a += n;
-      }
-    }
+    lut_u8_scores(states, query_state_floats(), n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, out, out_stride);
   }
 
  private:
@@ -280,24 +261,9 @@ class VecInferValueCodec final : public ValueCodec {
   size_t accum_floats() const override { return size_t(book_.n_sub()) * kCentroids; }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    const size_t af = accum_floats();
-    // Row by row, like the scores: one row's accumulator (16 KB at d = 128, vsub = 8) stays in L1.
-    for (int r = 0; r < n_q; ++r) {
-      float* ar = acc + size_t(r) * af;
-      for (int64_t a = i0; a < i1;) {
-        const int64_t b = a / kBlockTokens, slot = a % kBlockTokens;
-        const int64_t n = std::min<int64_t>(i1 - a, kBlockTokens - slot);
-        const uint8_t* idx = blocks + size_t(b) * block_bytes() + size_t(slot);
-        const float* wr = w + size_t(r) * w_stride + size_t(a - i0);
-        for (int s = 0; s < book_.n_sub(); ++s) {
-          float* as = ar + size_t(s) * kCentroids;
-          const uint8_t* is = idx + size_t(s) * kBlockTokens;
-          for (int64_t t = 0; t < n; ++t) as[is[t]] += wr[t];
-        }
-        a += n;
-      }
-    }
+    lut_centroid_weights(w, w_stride, n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, acc, accum_floats());
   }
+  int64_t preferred_run_tokens() const override { return kLutWeightRun; }
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t af = accum_floats();
     for (int r = 0; r < n_q; ++r) {
@@ -306,16 +272,33 @@ class VecInferValueCodec final : public ValueCodec {
       for (int s = 0; s < book_.n_sub(); ++s) {
         const float* as = acc + size_t(r) * af + size_t(s) * kCentroids;
         float* os = o + s * book_.sub();
-        for (int c = 0; c < kCentroids; ++c) {
-          if (as[c] == 0.0f) continue;
-          const float* cv = book_.at(s, c);
-          for (int j = 0; j < book_.sub(); ++j) os[j] += as[c] * cv[j];
+        switch (book_.sub()) {  // a fixed width lets the compiler keep os in one vector register
+          case 4: add_weighted<4>(as, s, os); break;
+          case 8: add_weighted<8>(as, s, os); break;
+          case 16: add_weighted<16>(as, s, os); break;
+          default:
+            for (int c = 0; c < kCentroids; ++c) {
+              const float* cv = book_.at(s, c);
+              for (int j = 0; j < book_.sub(); ++j) os[j] += as[c] * cv[j];
+            }
         }
       }
     }
   }
 
  private:
+  // os[j] += sum over c of as[c] * centroid c of sub-vector s, c = 0, 1, ... (the generic loop's order).
+  template <int kSub>
+  void add_weighted(const float* as, int s, float* os) const {
+    float o[kSub];
+    std::copy_n(os, kSub, o);
+    for (int c = 0; c < kCentroids; ++c) {
+      const float* cv = book_.at(s, c);
+      for (int j = 0; j < kSub; ++j) o[j] += as[c] * cv[j];
+    }
+    std::copy_n(o, kSub, os);
+  }
+
   int d_;
   Codebook book_;
 };

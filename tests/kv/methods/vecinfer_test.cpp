@@ -1,10 +1,12 @@
-// VecInfer: fused lookup-table scores and centroid-weight accumulation equal the plain reference
-// under RoPE; the encoder's register-resident search picks the centroid a brute-force search
+// VecInfer: fused lookup-table scores (byte tables, within the bound their rounding allows) and
+// centroid-weight accumulation equal the plain reference under RoPE, with the same bits on every
+// SIMD target; the encoder's register-resident search picks the centroid a brute-force search
 // picks (ties to the first); bits per element and block bytes agree; calibration survives the
 // file; the codec refuses to run uncalibrated.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -24,10 +26,90 @@ namespace {
 
 Calibrated calibrated(const std::string& spec, int d) { return calibrated_on_synthetic(spec, d, 1024); }
 
+// The error VecInfer's byte tables allow by design: each entry is off by at most step / 2, so a
+// score by n_sub * step / 2; and float rounding of the score's last multiply and add.
+double byte_table_slack(const KeyCodec& kc, const float* state) {
+  const double n_sub = double(kc.query_state_floats() - kLutHeaderFloats) * 4 / kLutCentroids;
+  const double step = lut_u8_step(state);
+  return 0.5 * n_sub * step + 1e-6 * (std::fabs(lut_u8_bias(state)) + 255.0 * n_sub * step);
+}
+
 TEST(Method_vecinfer, FusedEqualsReference) {
   for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4", "vecinfer:ksub=8,vsub=16,residual=16"}) {
-    check_calibrated_codec(spec, {64, 128, 256}, 2000);
+    check_calibrated_codec(spec, {64, 128, 256}, 2000, 1024, byte_table_slack);
   }
+}
+
+// The byte of token t's centroid in sub-vector s (blocks of 64 tokens, indices [s][64]).
+uint8_t index_of(const Encoded& e, size_t block_bytes, int64_t t, int s) {
+  return e.bytes[size_t(t / kLutBlockTokens) * block_bytes + size_t(s) * kLutBlockTokens + size_t(t % kLutBlockTokens)];
+}
+
+// A token's score is bias + step * (the sum of its table bytes), to the bit, on every target (the
+// AVX-512 VBMI lookups and the loop of the others), over a range that starts and ends inside a
+// block of 64 and crosses two block boundaries.
+TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
+  for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4"}) {
+    for (int d : {64, 256}) {
+      SCOPED_TRACE(std::string(spec) + " d " + std::to_string(d));
+      const Calibrated c = calibrated(spec, d);
+      const auto kc = c.method.keys().key_codec(c.ctx());
+      const int n_q = 5, n_sub = int((kc->query_state_floats() - kLutHeaderFloats) * 4 / kLutCentroids);
+      const int64_t i0 = 7, i1 = 201;
+      const Encoded e = encode_run(*kc, make_data(Data::kOutliers, 256, d, 30), 0);
+      const std::vector<float> states = prepare_queries(*kc, make_data(Data::kOutliers, n_q, d, 31), n_q);
+      const int tried = scores_on_every_target(*kc, states, n_q, e, i0, i1, [&](const std::vector<float>& s) {
+        for (int r = 0; r < n_q; ++r) {
+          const float* st = &states[size_t(r) * kc->query_state_floats()];
+          for (int64_t t = i0; t < i1; ++t) {
+            uint32_t sum = 0;
+            for (int q = 0; q < n_sub; ++q) sum += lut_u8_tables(st)[size_t(q) * kLutCentroids + index_of(e, kc->block_bytes(), t, q)];
+            const float want = lut_u8_bias(st) + lut_u8_step(st) * float(sum);
+            ASSERT_EQ(s[size_t(r) * (i1 - i0) + size_t(t - i0)], want) << "query " << r << " token " << t;
+          }
+        }
+      });
+      EXPECT_GE(tried, 2);
+    }
+  }
+}
+
+// Values: each centroid's weight is the sum of the weights of the tokens that chose it, for 5
+// query rows (a group of four and one alone) over a range longer than the kernel's pass
+// (kLutWeightRun tokens) that starts and ends inside a block, the same bits on every target.
+TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
+  const int d = 128;
+  const Calibrated c = calibrated("vecinfer", d);
+  const auto vc = c.method.values().value_codec(c.ctx());
+  const int n_q = 5, n_sub = int(vc->accum_floats() / kLutCentroids);
+  const int64_t i0 = 9, i1 = kLutWeightRun + 100, n = i1 - i0;
+  const Encoded e = encode_run(*vc, make_data(Data::kOutliers, kLutWeightRun + 128, d, 40), 0);
+  const auto w = make_data(Data::kGaussian, n_q, int(n), 41);
+  std::vector<float> first;
+  const int tried = for_each_supported_target([&] {
+    std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.5f);
+    vc->accumulate(w.data(), size_t(n), n_q, e.bytes.data(), 0, i0, i1, acc.data());
+    for (int r = 0; r < n_q; ++r) {
+      for (int s = 0; s < n_sub; ++s) {
+        std::vector<double> ref(kLutCentroids, 0.5), mag(kLutCentroids, 0.5);
+        for (int64_t t = i0; t < i1; ++t) {
+          const double wt = w[size_t(r) * n + size_t(t - i0)];
+          ref[index_of(e, vc->block_bytes(), t, s)] += wt;
+          mag[index_of(e, vc->block_bytes(), t, s)] += std::fabs(wt);
+        }
+        for (int k = 0; k < kLutCentroids; ++k) {
+          ASSERT_NEAR(acc[size_t(r) * vc->accum_floats() + size_t(s) * kLutCentroids + k], ref[k], 1e-6 * mag[k])
+              << "row " << r << " sub-vector " << s << " centroid " << k;
+        }
+      }
+    }
+    if (first.empty()) {
+      first = acc;
+    } else {
+      EXPECT_EQ(std::memcmp(first.data(), acc.data(), acc.size() * 4), 0) << "bits differ from the first target";
+    }
+  });
+  EXPECT_GE(tried, 2);
 }
 
 TEST(Method_vecinfer, BitsPerElementAndRefusals) {
