@@ -13,20 +13,23 @@
 //
 // Encoding is the nearest-centroid search with the running minimum in registers (vq_kernels.h).
 // Scoring is the lookup-table form: once per step and query head, the table of <q'_s, c> for every
-// sub-vector s and centroid c (q' = H D (lambda * q), so q.k = q'.(H D (k / lambda))); a token's score
-// is then the sum of its n_sub table entries (scalar loads, eight tokens at a time, one query row
-// at a time so that its table stays in L1). Values accumulate each token's attention weight on
-// its centroids (an accumulator of n_sub * 2^vbits floats per query head, filled one row at a
-// time) and multiply the codebook once per step; the rotation is undone once.
+// sub-vector s and centroid c (q' = H D (lambda * q), so q.k = q'.(H D (k / lambda))), quantized to
+// bytes (vq_kernels.h: lut_u8_prepare); a token's score is then bias + step * the sum of its
+// n_sub table bytes (lut_u8_scores: vpermi2b lookups of 64 tokens on AVX-512 VBMI). Values
+// accumulate each token's attention weight on its centroids (an accumulator of n_sub * 2^vbits
+// floats per query row, filled four rows at a time by lut_centroid_weights, which asks for runs of
+// kLutWeightRun tokens) and multiply the codebook once per step; the rotation is undone once.
 //
 // Deviations, stated: the smoothing rule (square root of the channel's maximum magnitude) and the
 // rotation seed shared by all layers (calibration sees a layer's samples without its index) are
 // this project's choices; indices are stored a byte each, so kbits and vbits are 8 (256
-// centroids), the paper's setting. Codebooks are codec parameters: counted in the cache's memory,
-// not in bits per element (a per-layer constant, independent of context length).
+// centroids), the paper's setting; the score table is held in bytes (each entry within half a
+// step of the float table, see vq_kernels.h), where the paper keeps it in float. Codebooks are
+// codec parameters: counted in the cache's memory, not in bits per element (a per-layer
+// constant, independent of context length).
 //
-// Layout: blocks of 16 tokens, the index bytes sub-vector-major ([s][16 tokens]), so 16 tokens'
-// indices of one sub-vector are one vector load. Bits per element: 8/ksub (keys), 8/vsub (values).
+// Layout: blocks of 64 tokens, the index bytes sub-vector-major ([s][64 tokens]), so 64 tokens'
+// indices of one sub-vector are one AVX-512 load. Bits per element: 8/ksub (keys), 8/vsub (values).
 #include <fmt/format.h>
 
 #include <algorithm>
