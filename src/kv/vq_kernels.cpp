@@ -121,14 +121,26 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
   const int N = int(hn::Lanes(df));
   HWY_ALIGN float sums[kGroup][kLutCentroids * kRows];  // [sub-vector of the group][centroid][row]
   HWY_ALIGN float wt[kChunk * kRows];                   // [token][row]
+  static_assert(kLutCentroids * kRows * sizeof(float) <= 65536, "byte offsets of a sum fit 16 bits");
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const int N16 = int(hn::Lanes(d16));
+  HWY_ALIGN uint16_t off[kGroup * B];  // [sub-vector of the group][slot]: byte offset in its sums
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int nr = std::min(kRows, n_q - r0);
     for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
       const int n = int(std::min<int64_t>(kChunk, i1 - c0));
-      std::fill_n(wt, size_t(n) * kRows, 0.0f);
-      for (int r = 0; r < nr; ++r) {
-        const float* wr = w + size_t(r0 + r) * w_stride + size_t(c0 - i0);
-        for (int t = 0; t < n; ++t) wt[t * kRows + r] = wr[t];
+      const float* wr[kRows];
+      for (int r = 0; r < nr; ++r) wr[r] = w + size_t(r0 + r) * w_stride + size_t(c0 - i0);
+      int t0 = 0;
+      if (nr == kRows) {  // [row][token] to [token][row], N tokens at a time
+        for (; t0 + N <= n; t0 += N) {
+          hn::StoreInterleaved4(hn::LoadU(df, wr[0] + t0), hn::LoadU(df, wr[1] + t0), hn::LoadU(df, wr[2] + t0),
+                                hn::LoadU(df, wr[3] + t0), df, wt + size_t(t0) * kRows);
+        }
+      }
+      for (int t = t0; t < n; ++t) {
+        for (int r = 0; r < kRows; ++r) wt[t * kRows + r] = r < nr ? wr[r][t] : 0.0f;
       }
       for (int s0 = 0; s0 < n_sub; s0 += kGroup) {
         const int g = std::min(kGroup, n_sub - s0);
@@ -139,12 +151,21 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
           const uint8_t* idx = blocks + size_t(blk) * bb + size_t(s0) * B + size_t(slot);
           const float* wk = wt + size_t(t) * kRows;
           if (g == kGroup && N4 == kRows) {
+            // The block's index bytes of the four sub-vectors as byte offsets of their sums, made
+            // with vectors: the scatter below then needs no shift to address a sum.
+            for (int j = 0; j < kGroup * B; j += N16) {
+              const uint8_t* src = blocks + size_t(blk) * bb + size_t(s0) * B + size_t(j);
+              hn::Store(hn::ShiftLeft<4>(hn::PromoteTo(d16, hn::LoadU(d8, src))), d16, off + j);
+            }
+            char* base[kGroup];
+            for (int u = 0; u < kGroup; ++u) base[u] = reinterpret_cast<char*>(sums[u]);
+            const uint16_t* o = off + slot;
             for (int k = 0; k < m; ++k) {
               const auto wv = hn::Load(d4, wk + size_t(k) * kRows);
-              float* p0 = sums[0] + size_t(idx[k]) * kRows;
-              float* p1 = sums[1] + size_t(idx[k + B]) * kRows;
-              float* p2 = sums[2] + size_t(idx[k + 2 * B]) * kRows;
-              float* p3 = sums[3] + size_t(idx[k + 3 * B]) * kRows;
+              float* p0 = reinterpret_cast<float*>(base[0] + o[k]);
+              float* p1 = reinterpret_cast<float*>(base[1] + o[k + B]);
+              float* p2 = reinterpret_cast<float*>(base[2] + o[k + 2 * B]);
+              float* p3 = reinterpret_cast<float*>(base[3] + o[k + 3 * B]);
               const auto a0 = hn::Add(hn::Load(d4, p0), wv), a1 = hn::Add(hn::Load(d4, p1), wv);
               const auto a2 = hn::Add(hn::Load(d4, p2), wv), a3 = hn::Add(hn::Load(d4, p3), wv);
               hn::Store(a0, d4, p0);
