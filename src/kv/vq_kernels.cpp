@@ -122,6 +122,7 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
   HWY_ALIGN float sums[kGroup][kLutCentroids * kRows];  // [sub-vector of the group][centroid][row]
   HWY_ALIGN float wt[kChunk * kRows];                   // [token][row]
   static_assert(kLutCentroids * kRows * sizeof(float) <= 65536, "byte offsets of a sum fit 16 bits");
+  static_assert(kRows * sizeof(float) == 16, "a centroid's byte offset is its index shifted left by 4");
   const hn::ScalableTag<uint16_t> d16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;
   const int N16 = int(hn::Lanes(d16));
