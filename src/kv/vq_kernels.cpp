@@ -127,6 +127,8 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
   const hn::Rebind<uint8_t, decltype(d16)> d8;
   const int N16 = int(hn::Lanes(d16));
   HWY_ALIGN uint16_t off[kGroup * B];  // [sub-vector of the group][slot]: byte offset in its sums
+  char* base[kGroup];
+  for (int u = 0; u < kGroup; ++u) base[u] = reinterpret_cast<char*>(sums[u]);
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int nr = std::min(kRows, n_q - r0);
     for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
@@ -149,17 +151,15 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
         for (int t = 0; t < n;) {
           const int64_t i = c0 + t, blk = i / B, slot = i % B;
           const int m = int(std::min<int64_t>(n - t, B - slot));
-          const uint8_t* idx = blocks + size_t(blk) * bb + size_t(s0) * B + size_t(slot);
+          const uint8_t* block_idx = blocks + size_t(blk) * bb + size_t(s0) * B;  // the group's first sub-vector
+          const uint8_t* idx = block_idx + slot;
           const float* wk = wt + size_t(t) * kRows;
           if (g == kGroup && N4 == kRows) {
             // The block's index bytes of the four sub-vectors as byte offsets of their sums, made
             // with vectors: the scatter below then needs no shift to address a sum.
             for (int j = 0; j < kGroup * B; j += N16) {
-              const uint8_t* src = blocks + size_t(blk) * bb + size_t(s0) * B + size_t(j);
-              hn::Store(hn::ShiftLeft<4>(hn::PromoteTo(d16, hn::LoadU(d8, src))), d16, off + j);
+              hn::Store(hn::ShiftLeft<4>(hn::PromoteTo(d16, hn::LoadU(d8, block_idx + j))), d16, off + j);
             }
-            char* base[kGroup];
-            for (int u = 0; u < kGroup; ++u) base[u] = reinterpret_cast<char*>(sums[u]);
             const uint16_t* o = off + slot;
             for (int k = 0; k < m; ++k) {
               const auto wv = hn::Load(d4, wk + size_t(k) * kRows);
