@@ -70,10 +70,19 @@ double run_case(const Case& c, std::vector<float>* outputs = nullptr, bool check
 
 // Fused against reference, relative to the output's norm: float rounding for most methods. q4's
 // kernels hold the query and the weights in 16-bit fixed point (1/65024 of their group's or
-// run's largest magnitude); on these random inputs attention averages a few hundred nearly
-// equally weighted random values, so the output is ~sqrt(n) times smaller than the values it
-// sums and that step shows at up to a few 1e-4 of it (about sqrt(n) * 2 / 65024).
-double tolerance(const std::string& spec) { return spec.find("q4") != std::string::npos ? 1e-3 : 1e-4; }
+// run's largest magnitude), as do KIVI's 2- and 4-bit lane kernels (the weights, and for keys
+// the group-folded query q_c s_c) and so QJL's values (KIVI's codec); on these random inputs
+// attention averages a few hundred nearly equally weighted random values, so the output is
+// ~sqrt(n) times smaller than the values it sums and that step shows at up to a few 1e-4 of it
+// (about sqrt(n) * 2 / 65024). KIVI's per-channel keys are held relative to the group's largest
+// |q_c s_c|: with outlier channels in both keys and queries (OutlierHeavyKeys) that product is
+// ~150 times the others and the logits are large, and the output moves by up to 1.5e-3
+// (kivi_test.cpp checks the scores' exact bound).
+double tolerance(const std::string& spec) {
+  const auto has = [&](const char* name) { return spec.find(name) != std::string::npos; };
+  if (has("kivi") && !has("kaxis=token")) return 3e-3;
+  return has("q4") || has("kivi") || has("qjl") ? 1e-3 : 1e-4;
+}
 
 const char* kSpecs[] = {"fp16", "bf16", "q8", "q4", "q8:rot=1", "q4:rot=1", "k=q8,v=q4",
                         "q4:residual=32,sink=2", "q8:residual=7,sink=1,rot=1", "kivi:residual=32",

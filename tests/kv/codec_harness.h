@@ -69,6 +69,12 @@ inline double norm(const float* x, int d) {
   return std::sqrt(s);
 }
 
+// The bound of a fused path that holds its operands (q4's queries and weights, KIVI's weights)
+// in 16-bit fixed point, each within 1/65024 of its group's or run's largest magnitude:
+// sqrt(d) / 65024 of |q| |k| for scores by Cauchy-Schwarz over the per-channel errors, and the
+// same relative bound for the accumulation of the tests' Gaussian weights.
+inline double fixed_point_tol(int d) { return std::sqrt(double(d)) / 65024.0 + 1e-5; }
+
 // Fused scores and accumulation against decode-then-dot, on a run of about `tokens` tokens,
 // over sub-ranges that start and end inside blocks, within rel_tol of |q| |k| (scores) and of
 // sum |w| |v| (accumulation): float rounding for most codecs; a codec whose fused paths hold the

@@ -1,22 +1,29 @@
-// KIVI's 2- and 4-bit codes laid out with tokens in the vector lanes, and the kernels that read
-// them (kivi_lanes.cpp). KIVI's quantizer (kivi.cpp) is unchanged; only where its codes sit is.
+// KIVI's 2- and 4-bit codes laid out for integer byte dot products (vpdpbusd), and the kernels
+// that read them (kivi_lanes.cpp). KIVI's quantizer (kivi.cpp) is unchanged; only where its codes
+// sit is, and how the fused paths multiply them.
 //
-// A sub-block holds 16 tokens: for each chunk of C = 32/b channels, 16 u32 words, word t holding
-// token t's codes of the chunk (channel k of the chunk at bits b*k .. b*k+b-1). One 64-byte load
-// then gives C channels of 16 tokens, and a channel's 16 codes become floats with one shift and
-// one 16-entry table lookup (vpermps reads the low four bits of each lane; the table repeats the
-// 2^b code values, so the bits of the next channel above them do not matter).
+// Both layouts put four codes of one 32-bit lane in its four bytes, several codes of b bits per
+// byte (8/b "fields", field j at bits b*j). A shift by b*j and a mask (0x03030303 or 0x0F0F0F0F)
+// leave field j's four codes as the lane's bytes, ready to multiply four signed bytes of the
+// other operand held in 16-bit fixed point (two byte planes).
 //
 //   keys (per channel, a block of R tokens): [R/G groups x d channels x (fp16 scale, fp16 zero)]
-//        then R/16 sub-blocks. Scores fold a group's scales into the query once per group
-//        (q'_c = q_c s_c) and add sum_c q_c z_c, so each token costs only the code FMAs.
-//   values (per token, a block of 16 tokens): one sub-block, then [d/G groups x 16 tokens x
-//        (fp16 scale, fp16 zero)]. Accumulation stages w * scale per token and group and sums
-//        w * zero per group apart, added back to the group's channels once at the end.
+//        then R/16 sub-blocks of 16 tokens, tokens in the lanes: per chunk of C = 32/b channels,
+//        16 words, word t holding token t's codes of the chunk, channel k of the chunk in byte
+//        k % 4 at field k / 4. Scores fold a group's scales into the query once per group and
+//        row (q_c s_c, held in fixed point) and add sum_c q_c z_c; per token, the dot product
+//        of its codes with the held query.
+//   values (per token, a block of 16 tokens): the codes with channels in the lanes: per chunk
+//        of 16 channels, b/2 vectors of 16 words, word c of vector h holding channel c's codes
+//        of tokens h*32/b + 4j + k at byte k, field j. Then [d/G groups x 16 tokens x (fp16
+//        scale, fp16 zero)]. Accumulation holds w * scale per token and group in fixed point per
+//        run of 256 tokens and sums over tokens inside each lane (no horizontal sums); the
+//        zeros' share, sum w * zero per group, is summed in float apart and added back to the
+//        group's channels at the end.
 //
-// The bytes per token are exactly those of the packed layout when d is a multiple of C, so bits
-// per element are unchanged. Applies when b is 2 or 4, d % C == 0, and (keys) R and G are
-// multiples of 16, (values) G is a multiple of C; otherwise KIVI keeps its packed layout.
+// The bytes per token are exactly those of the packed layout, so bits per element are
+// unchanged. Applies when b is 2 or 4 and (keys) d % C == 0, R and G multiples of 16, (values)
+// d and G multiples of 16; otherwise KIVI keeps its packed layout.
 #pragma once
 
 #include <cstddef>

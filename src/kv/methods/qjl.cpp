@@ -21,7 +21,8 @@
 //
 // Values: per-token quantization, as the paper's code does (it calls KIVI's value quantizer): the
 // value side is KIVI's per-token codec (kivi.cpp), `vbits` bits per channel in groups of `group`
-// channels with an fp16 scale and zero.
+// channels with an fp16 scale and zero (at 2 and 4 bits with groups of a multiple of 16 channels,
+// its integer lane kernel, which holds the weights in 16-bit fixed point: kivi_lanes.h).
 //
 // Deviations from the reference code: S has i.i.d. N(0, 1) entries, as in the paper (the code's
 // default orthogonalizes each block of d rows, `rot=True`, which changes the scale sqrt(pi/2) to

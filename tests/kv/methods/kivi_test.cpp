@@ -3,6 +3,10 @@
 // whole blocks, values one by one); and the paper's qualitative finding on outlier-channel keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/kv/codec_harness.h"
@@ -11,22 +15,102 @@
 namespace vq::kv::testing {
 namespace {
 
+// At 2 and 4 bits with whole 16-token groups KIVI takes the lane kernels (kivi_lanes.cpp). Their
+// scores hold each row's group-folded query q_c s_c in 16-bit fixed point: the exact bound is
+// checked by KeyScoresWithinTheHeldQueryBound, and here they are held to 1e-3 of |q| |k| (a
+// sanity bound). Their accumulation holds the weights in fixed point, as q4 does
+// (fixed_point_tol).
+constexpr double kHeldQuerySanity = 1e-3;
+
+void check_lanes(const std::string& spec, const std::vector<int>& dims, int tokens) {
+  for (int d : dims) check_all(spec, {d}, tokens, kHeldQuerySanity, fixed_point_tol(d));
+}
+
 TEST(Method_kivi, FusedEqualsReference) {
-  for (const char* spec : {"kivi:residual=32", "kivi:kbits=3,vbits=3,residual=32", "kivi:kbits=4,vbits=4,residual=32",
-                           "kivi:kaxis=token,residual=32", "kivi:group=24,residual=40"}) {
+  for (const char* spec : {"kivi:kbits=3,vbits=3,residual=32", "kivi:group=24,residual=40"}) {
     check_all(spec, {64, 80, 128}, 80);
   }
-  check_all("kivi", {128, 256}, 256);  // the default block of 128 tokens
+  // Per-token keys take the packed path; their 2-bit values the lane kernel.
+  for (int d : {64, 80, 128}) check_all("kivi:kaxis=token,residual=32", {d}, 80, 1e-5, fixed_point_tol(d));
+  for (const char* spec : {"kivi:residual=32", "kivi:kbits=4,vbits=4,residual=32"}) check_lanes(spec, {64, 80, 128}, 80);
+  check_lanes("kivi", {128, 256}, 256);  // the default block of 128 tokens
+}
+
+// The lane kernels' scores against decode-then-dot, within the bound of holding the query in
+// fixed point: per token group and row, unit = max_c |q_c s_c| / 32512 and each q_c s_c is held
+// within unit / 2 (plus the rounding of two float products, under 0.01 unit), so a score is off
+// by at most 0.51 unit * sum_c code_c (plus float rounding). The
+// scales and codes are recovered from the decoded keys: a group's smallest decoded value in a
+// channel is its zero (code 0) and its largest is zero + (2^b - 1) scale.
+void check_held_query_bound(const std::string& spec, int bits, int d, Data kind, uint64_t seed) {
+  SCOPED_TRACE(spec + " d=" + std::to_string(d));
+  const Method m = parse_method(spec);
+  const auto kc = m.keys().key_codec(CodecContext{d, 0, seed});
+  const int G = 32, levels = (1 << bits) - 1, n_q = 5;
+  const auto kx = make_data(kind, 96, d, seed);
+  const Encoded e = encode_run(*kc, kx, 0);
+  const auto kd = decode_run(*kc, e, 0);
+  const int64_t n = e.tokens;
+  ASSERT_EQ(n % G, 0);
+  std::vector<double> scale(size_t(n / G) * d), zero(size_t(n / G) * d);
+  for (int64_t g = 0; g < n / G; ++g) {
+    for (int c = 0; c < d; ++c) {
+      double lo = kd[size_t(g * G) * d + c], hi = lo;
+      for (int t = 1; t < G; ++t) {
+        lo = std::min<double>(lo, kd[size_t(g * G + t) * d + c]);
+        hi = std::max<double>(hi, kd[size_t(g * G + t) * d + c]);
+      }
+      scale[size_t(g) * d + c] = (hi - lo) / levels;
+      zero[size_t(g) * d + c] = lo;
+    }
+  }
+  const auto q = make_data(Data::kGaussian, n_q, d, seed + 7);
+  std::vector<float> states(size_t(n_q) * kc->query_state_floats());
+  for (int r = 0; r < n_q; ++r) kc->prepare_query(&q[size_t(r) * d], &states[r * kc->query_state_floats()]);
+  for (auto [i0, i1] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {3, n - 5}}) {
+    std::vector<float> s(size_t(n_q) * size_t(i1 - i0));
+    kc->scores(states.data(), n_q, e.bytes.data(), 0, i0, i1, s.data(), size_t(i1 - i0));
+    for (int r = 0; r < n_q; ++r) {
+      const float* qr = &q[size_t(r) * d];
+      for (int64_t i = i0; i < i1; ++i) {
+        const size_t g = size_t(i / G) * d;
+        double unit = 0, codes = 0, ref = 0;
+        for (int c = 0; c < d; ++c) unit = std::max(unit, std::fabs(qr[c] * scale[g + c]) / 32512);
+        for (int c = 0; c < d; ++c) {
+          if (scale[g + c] > 0) codes += std::round((kd[size_t(i) * d + c] - zero[g + c]) / scale[g + c]);
+          ref += double(qr[c]) * kd[size_t(i) * d + c];
+        }
+        const double bound = 0.51 * unit * codes + 1e-5 * norm(qr, d) * norm(&kd[size_t(i) * d], d) + 1e-30;
+        ASSERT_LE(std::fabs(s[size_t(r) * (i1 - i0) + (i - i0)] - ref), bound) << "score r=" << r << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(Method_kivi, KeyScoresWithinTheHeldQueryBound) {
+  const int tried = for_each_supported_target([] {
+    for (int bits : {2, 4}) {
+      const std::string spec = "kivi:kbits=" + std::to_string(bits) + ",residual=32";
+      for (int d : {64, 80, 128}) {
+        for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
+          check_held_query_bound(spec, bits, d, kind, 300 + uint64_t(d) + uint64_t(kind));
+        }
+      }
+    }
+  });
+  EXPECT_GE(tried, 2);
 }
 
 // The lane kernels change their register blocking with the vector width (four channels and two
-// accumulator sets per pass at 16 lanes, two and one below) and their code lookups with the
-// instruction set (vpermps on AVX-512, a mask and a conversion elsewhere): every target this CPU
-// runs takes its own path (on an AVX-512 machine also AVX2's and the scalar one).
+// accumulator sets per pass at 16 lanes, two and one below) and their dot products with the
+// instruction set (vpdpbusd with VNNI, two multiply-adds without, shifts and multiplies on the
+// scalar target): every target this CPU runs takes its own path (on an AVX-512 machine also
+// AVX2's and the scalar one). The integer sums are the same on every target; the float bias
+// (sum_c q_c z_c) is added in each target's own order.
 TEST(Method_kivi, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
-    check_all("kivi:residual=32", {64, 128}, 80);
-    check_all("kivi:kbits=4,vbits=4,residual=32", {64}, 80);
+    check_lanes("kivi:residual=32", {64, 128}, 80);
+    check_lanes("kivi:kbits=4,vbits=4,residual=32", {64}, 80);
   });
   EXPECT_GE(tried, 2);  // the best target and the scalar one
 }

@@ -11,11 +11,7 @@ namespace vq::kv::testing {
 namespace {
 
 // q4's fused paths hold the query (per group of 32) and the weights (per run) in 16-bit fixed
-// point: each within 1/65024 of its group's or run's largest magnitude. For scores that bounds
-// the error by sqrt(d) / 65024 * |q| |k| (Cauchy-Schwarz over the per-channel errors); the same
-// relative bound is used for the accumulation of these (Gaussian) weights.
-double fixed_point_tol(int d) { return std::sqrt(double(d)) / 65024.0 + 1e-5; }
-
+// point: fixed_point_tol (codec_harness.h).
 void check_all_q4(const std::string& spec, const std::vector<int>& dims) {
   for (int d : dims) check_all(spec, {d}, 96, fixed_point_tol(d));
 }
