@@ -47,7 +47,7 @@ static_assert(kSub % kLanes == 0, "16 tokens must be whole vectors");
 using DI = hn::RebindToSigned<DF>;
 using VI = hn::Vec<DI>;
 typedef int32_t AliasedI32 __attribute__((may_alias));
-constexpr float kFixedOne = 127.0f * 256.0f;  // the largest |q_c s_c| of a row and group maps to 32512
+constexpr float kFixedOne = 127.0f * 256.0f;  // a held operand's largest magnitude maps to 32512
 
 // Query rows per pass over a sub-block: their two planes' sums for each part of the block must
 // stay in registers (4 rows x 2 planes of AVX-512's 32; 2 x 2 x 2 parts of AVX2's 16).
