@@ -112,6 +112,21 @@ HWY_INLINE hn::Vec<DI> WidenShortSums(DI di, hn::Vec<DI> acc) {
 #endif
 }
 
+// round(x) to the nearest integer, ties to even, for |x| well inside the int32 range, as the
+// kernels that hold an operand in 16-bit fixed point need it (|x| <= 32512 there): the bare
+// conversion on x86 (Highway's NearestInt adds a fix-up for out-of-range lanes, which cannot
+// occur here), NearestInt elsewhere. Same results on every target.
+template <class V>
+HWY_INLINE auto RoundToInt(V x) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (sizeof(x.raw) == 64) return hn::Vec<hn::RebindToSigned<hn::DFromV<V>>>{_mm512_cvtps_epi32(x.raw)};
+#endif
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+  if constexpr (sizeof(x.raw) == 32) return hn::Vec<hn::RebindToSigned<hn::DFromV<V>>>{_mm256_cvtps_epi32(x.raw)};
+#endif
+  return hn::NearestInt(x);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv
 HWY_AFTER_NAMESPACE();

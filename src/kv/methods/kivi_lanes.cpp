@@ -146,20 +146,6 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 #endif
 }
 
-// round(x) to the nearest integer, ties to even, for |x| well inside the int32 range: the bare
-// conversion on x86 (Highway's NearestInt adds a fix-up for out-of-range lanes, which cannot
-// occur here), NearestInt elsewhere. Same results on every target.
-template <class V>
-HWY_INLINE auto RoundToInt(V x) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if constexpr (sizeof(x.raw) == 64) return hn::Vec<hn::RebindToSigned<hn::DFromV<V>>>{_mm512_cvtps_epi32(x.raw)};
-#endif
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
-  if constexpr (sizeof(x.raw) == 32) return hn::Vec<hn::RebindToSigned<hn::DFromV<V>>>{_mm256_cvtps_epi32(x.raw)};
-#endif
-  return hn::NearestInt(x);
-}
-
 // Stores the two byte planes of T (|T| <= 32512): lo = T - 256 hi at `to`, hi = (T + 128) >> 8
 // at to + C. lo is T's own low byte, so AVX-512 stores it by truncation (vpmovdb); elsewhere it
 // is computed and both planes go through an exact (in-range) saturating demotion.
@@ -296,6 +282,7 @@ constexpr int kRunSubs = 16;  // sub-blocks (16 tokens each) whose weights are s
 template <int kRows>
 struct RunWeights {
   alignas(64) float w[kRunSubs][kRows][kSub];           // the weights, 0 outside the range
+  alignas(64) float s[kRunSubs][kSub];                  // one group's scales per sub-block
   alignas(64) int8_t planes[kRunSubs][kRows][2][kSub];  // one group's T: [lo | hi] per sub-block and row
 };
 
@@ -338,6 +325,7 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
     for (int p = 0; p < kParts; ++p) {
       VF sv, zv;
       LoadPairs(df, pairs(bi), p * kLanes, &sv, &zv);
+      hn::Store(sv, df, &W->s[bi][p * kLanes]);
       for (int r = 0; r < kRows; ++r) {
         const VF wv = hn::Load(df, &W->w[bi][r][p * kLanes]);
         m[r] = hn::Max(m[r], hn::Abs(hn::Mul(wv, sv)));
@@ -354,8 +342,7 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
   }
   for (int bi = 0; bi < nb; ++bi) {
     for (int p = 0; p < kParts; ++p) {
-      VF sv, zv;
-      LoadPairs(df, pairs(bi), p * kLanes, &sv, &zv);
+      const VF sv = hn::Load(df, &W->s[bi][p * kLanes]);
       for (int r = 0; r < kRows; ++r) {
         // |w * s| * inv <= 32512 up to rounding: hi and lo are in -128..127.
         const VF x = hn::Mul(hn::Mul(hn::Load(df, &W->w[bi][r][p * kLanes]), sv), inv[r]);

@@ -307,16 +307,8 @@ HWY_INLINE void StageRunWeights(const uint8_t* run, int nb, int d, int g, RunWei
     for (int r = 0; r < kRows; ++r) {
       VI T[kParts];
       for (int p = 0; p < kParts; ++p) {
-        // |wn * sn| <= 32512 up to rounding, far inside the conversion's range, so the raw
-        // conversion (round to nearest even, as NearestInt) needs none of NearestInt's fixups
-        const VF x = hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn[p]);
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-        T[p] = VI{_mm512_cvtps_epi32(x.raw)};
-#elif HWY_TARGET == HWY_AVX2
-        T[p] = VI{_mm256_cvtps_epi32(x.raw)};
-#else
-        T[p] = hn::NearestInt(x);
-#endif
+        // |wn * sn| <= 32512 up to rounding, far inside the conversion's range (RoundToInt)
+        T[p] = RoundToInt(hn::Mul(hn::Load(df, &out->wn[bi][r][p * kLanes]), sn[p]));
         held[r] = hn::Add(held[r], T[p]);
       }
       StoreBlockPlanes(T, out->planes[bi][r][0]);
