@@ -37,7 +37,8 @@
 // factor), with tokens in the vector lanes (turbo_lanes.h) where d is a multiple of 32. One-bit
 // popcounts then run on 8 or 16 tokens at once (rabitq_lanes.h); two to four bits score through
 // TurboQuant's lane kernel; values accumulate the linear decode through it in the rotated space
-// at every B and are rotated back once per step.
+// (at one bit through its per-channel token planes, turbo_sign_lanes.h) and are rotated back once
+// per step.
 //
 // Deviations from the papers, all deliberate:
 // - Centroid 0: there is no calibration (no clustering), so each vector is coded around the

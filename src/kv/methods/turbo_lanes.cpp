@@ -11,6 +11,7 @@
 #include "src/core/fp16.h"
 #include "src/kv/fused_kernels-inl.h"
 #include "src/kv/methods/turbo_lanes.h"
+#include "src/kv/methods/turbo_sign_lanes.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace vq::kv {
@@ -549,6 +550,7 @@ std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows) {
 }
 
 std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows) {
+  if (turbo_sign_lanes_apply(rows.head_dim(), rows.bits())) return make_turbo_sign_value_codec(std::move(rows));
   if (turbo_lanes_apply(rows.head_dim(), rows.bits())) return std::make_unique<LaneValueCodec>(std::move(rows));
   return std::make_unique<TurboValueCodec>(std::move(rows));
 }

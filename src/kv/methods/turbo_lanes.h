@@ -31,7 +31,8 @@
 namespace vq::kv {
 
 bool turbo_lanes_apply(int d, int bits);
-// The lane codecs when turbo_lanes_apply holds, the row codecs otherwise.
+// The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token
+// planes of turbo_sign_lanes.h instead), the row codecs otherwise.
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);
 std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
 // Token t of a lane block in the row layout (fp16 scale, then the codes as bit planes:

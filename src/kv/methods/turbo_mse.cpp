@@ -26,9 +26,11 @@
 // paper does for 2.5 and 3.5 bits (turbo_split.cpp; N = head_dim / 2 gives bits + 0.5).
 // pick=first, an ablation, takes the first N channels instead of the loudest.
 //
-// Layout: 16 tokens per block with tokens in the vector lanes (turbo_lanes.h) when head_dim is a
-// multiple of 32; otherwise a row per token: fp16 norm, then the codes as B bit planes of
-// ceil(d/8) bytes. The same bytes either way. Bits per element: B + 16/d (the norm counts). With outliers, turbo_split.h.
+// Layout: 16 tokens per block with tokens in the vector lanes (turbo_lanes.h; one-bit values as
+// per-channel planes of token bits, turbo_sign_lanes.h) when head_dim is a multiple of 32;
+// otherwise a row per token: fp16 norm, then the codes as B bit planes of ceil(d/8) bytes. The
+// same bytes either way. Bits per element: B + 16/d (the norm counts). With outliers,
+// turbo_split.h.
 #include <fmt/format.h>
 
 #include <memory>

@@ -13,6 +13,8 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
+#include "src/kv/methods/turbo_lanes.h"
+#include "src/kv/methods/turbo_sign_lanes.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 
@@ -53,6 +55,39 @@ TEST(Method_turbo, TableScoresIdenticalOnEveryTarget) {
     const int tried = scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, i0, i1, [](const auto&) {});
     EXPECT_GE(tried, 2);
   }
+}
+
+// One-bit values keep a 16-bit plane of token bits per channel (turbo_sign_lanes.h), keys keep
+// tokens in lanes: the same quantizer behind both, so the same vectors decode to the same bits,
+// in the same number of bytes, and bit t of channel c's plane is token t's code there.
+TEST(Method_turbo, OneBitValuePlanesHoldTheKeyLanesCodes) {
+  for (int d : {32, 128, 1024}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    ASSERT_TRUE(turbo_sign_lanes_apply(d, 1));
+    const auto kc = make_turbo_key_codec(sphere_rows(d, 1));
+    const auto vc = make_turbo_value_codec(sphere_rows(d, 1));
+    ASSERT_EQ(kc->block_tokens(), 16);
+    ASSERT_EQ(vc->block_tokens(), 16);
+    ASSERT_EQ(kc->block_bytes(), vc->block_bytes());
+    const auto x = make_data(Data::kOutliers, 16, d, uint64_t(d));
+    std::vector<uint8_t> kb(kc->block_bytes()), vb(vc->block_bytes(), 0xA5);  // encode overwrites every bit
+    kc->encode(x.data(), 0, kb.data());
+    vc->encode(x.data(), 0, vb.data());
+    std::vector<float> kx(x.size()), vx(x.size());
+    kc->decode(kb.data(), 0, kx.data());
+    vc->decode(vb.data(), 0, vx.data());
+    ASSERT_EQ(0, std::memcmp(kx.data(), vx.data(), kx.size() * 4));
+    EXPECT_EQ(0, std::memcmp(kb.data(), vb.data(), 32)) << "the 16 fp16 scales come first";
+    for (int t = 0; t < 16; ++t) {
+      for (int c = 0; c < d; ++c) {
+        uint16_t plane;
+        std::memcpy(&plane, vb.data() + 32 + 2 * c, 2);
+        ASSERT_EQ((plane >> t) & 1, vx[size_t(t) * d + c] > 0 ? 1 : 0) << "token " << t << ", channel " << c;
+      }
+    }
+  }
+  EXPECT_FALSE(turbo_sign_lanes_apply(128, 2));
+  EXPECT_FALSE(turbo_sign_lanes_apply(80, 1));
 }
 
 // Bytes between two inaccessible pages, against the upper one (at_end) or the lower one: a read

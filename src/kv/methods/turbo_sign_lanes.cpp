@@ -1,0 +1,262 @@
+// One-bit TurboQuant value rows as per-channel token bit planes: layout, the table-lookup
+// accumulation and the value codec (see turbo_sign_lanes.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/turbo_sign_lanes.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "src/core/fp16.h"
+#include "src/kv/fused_kernels-inl.h"
+#include "src/kv/methods/turbo_sign_lanes.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+using DI = hn::RebindToSigned<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+constexpr int kLanes = int(hn::MaxLanes(DF()));
+constexpr int kSub = 16;      // tokens per block
+constexpr int kNibbles = kSub / 4;
+constexpr int kBatch = 16;    // blocks whose tables are built at once (a run of 256 tokens)
+constexpr int kTable = 16;    // floats per table
+constexpr size_t kScaleBytes = kSub * 2;
+
+// t[idx & 15] per lane; t is 64-byte aligned. The bits of idx above the low four are ignored
+// (vpermps reads four on AVX-512; on AVX2 bit 3 picks the upper half through the sign bit). The
+// table stays in memory (L1): vpermps takes it as its memory operand, and keeping a block's tables
+// in registers across a strip of channels instead measured 7% slower.
+HWY_INLINE VF Lookup16(const float* HWY_RESTRICT t, VU idx) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return VF{_mm512_permutexvar_ps(idx.raw, _mm512_load_ps(t))};
+#elif HWY_TARGET == HWY_AVX2
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_load_ps(t), idx.raw);
+  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_load_ps(t + 8), idx.raw);
+  return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx.raw, 28)))};
+#else
+  const DI di;
+  return hn::GatherIndex(DF(), t, hn::BitCast(di, hn::And(idx, hn::Set(DU(), 15u))));
+#endif
+}
+
+// tab = sum_j w[j] * pattern[j] (16 floats each): entry i is sum_j w_j level(bit j of i), the
+// same operations in the same order on every target with fused multiply-adds.
+HWY_INLINE void BuildTable(const float* HWY_RESTRICT w4, const float* HWY_RESTRICT patterns, float* HWY_RESTRICT tab) {
+  const DF df;
+  for (int p = 0; p < kTable; p += kLanes) {
+    VF t = hn::Mul(hn::Set(df, w4[0]), hn::Load(df, patterns + p));
+    for (int j = 1; j < 4; ++j) t = hn::MulAdd(hn::Set(df, w4[j]), hn::Load(df, patterns + j * kTable + p), t);
+    hn::Store(t, df, tab + p);
+  }
+}
+
+// acc rows += the channels of vector cv over the run's nb blocks, from the run's tables
+// T[block][nibble][row][16]. Two accumulator sets, alternating by nibble, halve the chains of
+// dependent adds.
+template <int kRows>
+HWY_INLINE void AccumulateChannels(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int cv,
+                                   const float* HWY_RESTRICT T, float* HWY_RESTRICT acc, size_t acc_stride) {
+  const DF df;
+  const DU du;
+  const DU16 d16;
+  VF A[2][kRows];
+  for (int e = 0; e < 2; ++e) {
+    for (int r = 0; r < kRows; ++r) A[e][r] = hn::Zero(df);
+  }
+  for (int bi = 0; bi < nb; ++bi) {
+    const uint16_t* planes = reinterpret_cast<const uint16_t*>(run + size_t(bi) * bb + kScaleBytes);
+    VU x = hn::PromoteTo(du, hn::LoadU(d16, planes + size_t(cv) * kLanes));
+    const float* tb = T + size_t(bi) * kNibbles * kRows * kTable;
+    for (int n = 0; n < kNibbles; ++n) {
+      for (int r = 0; r < kRows; ++r) {
+        A[n & 1][r] = hn::Add(A[n & 1][r], Lookup16(tb + (size_t(n) * kRows + r) * kTable, x));
+      }
+      x = hn::ShiftRight<4>(x);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    float* dst = acc + size_t(r) * acc_stride + size_t(cv) * kLanes;
+    hn::StoreU(hn::Add(hn::LoadU(df, dst), hn::Add(A[0][r], A[1][r])), df, dst);
+  }
+}
+
+// W[r][t] = w_r(token) * scale(token) for a block that [i0, i1) covers in part, zero outside.
+template <int kRows>
+HWY_NOINLINE void StagePartialBlock(const float* w, size_t w_stride, const uint8_t* blk, int64_t first, int64_t i0,
+                                    int64_t i1, float* W) {
+  for (int t = 0; t < kSub; ++t) {
+    const int64_t i = first + t;
+    uint16_t hbits;
+    std::memcpy(&hbits, blk + 2 * t, 2);
+    const float s = f16_to_f32(hbits);
+    for (int r = 0; r < kRows; ++r) W[r * kSub + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
+  }
+}
+
+template <int kRows>
+void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
+                    const float* patterns, float* acc, size_t acc_stride) {
+  alignas(64) float T[kBatch * kNibbles * kRows * kTable];
+  alignas(64) float W[kRows * kSub];
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int n_cv = d / kLanes;
+  const int64_t end_block = (i1 + kSub - 1) / kSub;
+  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
+    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
+    const uint8_t* run = blocks + size_t(b0) * bb;
+    const size_t run_bytes = size_t(nb) * bb;
+    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(run_bytes, 4 * bb));  // nobody asked for the first
+    for (int bi = 0; bi < nb; ++bi) {
+      // W[r][t] = w_r(token) * scale(token), zero outside [i0, i1)
+      const int64_t first = (b0 + bi) * kSub;
+      const uint8_t* blk = run + size_t(bi) * bb;
+      if (first >= i0 && first + kSub <= i1) {
+        for (int p = 0; p < kSub; p += kLanes) {
+          const VF s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + p));
+          for (int r = 0; r < kRows; ++r) {
+            hn::Store(hn::Mul(hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p), s), df, W + r * kSub + p);
+          }
+        }
+      } else {
+        StagePartialBlock<kRows>(w, w_stride, blk, first, i0, i1, W);
+      }
+      for (int n = 0; n < kNibbles; ++n) {
+        for (int r = 0; r < kRows; ++r) {
+          BuildTable(W + r * kSub + 4 * n, patterns, T + ((size_t(bi) * kNibbles + n) * kRows + r) * kTable);
+        }
+      }
+    }
+    // The next run (or the caller's next call: attention asks for about a run at a time) is
+    // asked for a share with each pass over the channels (see SpreadPrefetch).
+    SpreadPrefetch next(run + run_bytes, run_bytes, size_t(n_cv));
+    for (int cv = 0; cv < n_cv; ++cv) {
+      next.Step();
+      AccumulateChannels<kRows>(run, bb, nb, cv, T, acc, acc_stride);
+    }
+  }
+}
+
+void SignLanesAccumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
+                         int64_t i0, int64_t i1, const float* patterns, float* acc, size_t acc_stride) {
+  if (i1 <= i0) return;
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) {
+    AccumulateRows<4>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, patterns, acc + size_t(r) * acc_stride,
+                      acc_stride);
+  }
+  for (; r < n_q; ++r) {
+    AccumulateRows<1>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, patterns, acc + size_t(r) * acc_stride,
+                      acc_stride);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <array>
+
+namespace vq::kv {
+HWY_EXPORT(SignLanesAccumulate);
+
+namespace {
+
+constexpr int kSub = 16;
+constexpr size_t kScaleBytes = kSub * 2;
+
+// The block layout, scalar: the encoder and the plain reference decode.
+class SignLaneLayout {
+ public:
+  explicit SignLaneLayout(int d) : d_(d) {}
+  size_t bytes() const { return kScaleBytes + size_t(2) * d_; }  // = 16 rows of 2 + d / 8 bytes
+
+  // Token t's codes (bit 0 of each) and scale; the other tokens' bits are kept.
+  void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* block) const {
+    std::memcpy(block + 2 * t, &scale, 2);
+    for (int c = 0; c < d_; ++c) {
+      uint16_t plane;
+      std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
+      plane = uint16_t((plane & ~(1u << t)) | (uint32_t(codes[c] & 1) << t));
+      std::memcpy(block + kScaleBytes + 2 * size_t(c), &plane, 2);
+    }
+  }
+  int code(const uint8_t* block, int t, int c) const {
+    uint16_t plane;
+    std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
+    return (plane >> t) & 1;
+  }
+  float scale(const uint8_t* block, int t) const {
+    uint16_t h;
+    std::memcpy(&h, block + 2 * t, 2);
+    return f16_to_f32(h);
+  }
+
+ private:
+  int d_;
+};
+
+class SignLaneValueCodec final : public ValueCodec {
+ public:
+  explicit SignLaneValueCodec(TurboRows rows) : rows_(std::move(rows)), layout_(rows_.head_dim()) {
+    // patterns_[j][i] = level(bit j of i): a table's entry i is sum_j w_j patterns_[j][i].
+    const auto& lv = rows_.table();
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 16; ++i) patterns_[size_t(j) * 16 + size_t(i)] = lv[size_t((i >> j) & 1)];
+    }
+  }
+  int head_dim() const override { return rows_.head_dim(); }
+  int block_tokens() const override { return kSub; }
+  size_t block_bytes() const override { return layout_.bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kSub; ++t) encode_token(x + size_t(t) * head_dim(), 0, t, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
+    uint8_t codes[TurboRows::kMaxDim];
+    layout_.put(codes, rows_.quantize(x, codes), slot, block);
+  }
+  // x = scale * level(code), as the row layout decodes (lut_affine_planes with zero 0).
+  void decode(const uint8_t* block, int64_t, float* x) const override {
+    const auto& lv = rows_.table();
+    const int d = head_dim();
+    for (int t = 0; t < kSub; ++t) {
+      const float s = layout_.scale(block, t);
+      for (int c = 0; c < d; ++c) x[size_t(t) * d + c] = 0.0f + s * lv[size_t(layout_.code(block, t, c))];
+    }
+  }
+  size_t accum_floats() const override { return size_t(head_dim()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    HWY_DYNAMIC_DISPATCH(SignLanesAccumulate)(w, w_stride, n_q, blocks, layout_.bytes(), head_dim(), i0, i1,
+                                              patterns_.data(), acc, size_t(head_dim()));
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * head_dim(), out);
+  }
+
+ private:
+  TurboRows rows_;
+  SignLaneLayout layout_;
+  alignas(64) std::array<float, 64> patterns_;
+};
+
+}  // namespace
+
+bool turbo_sign_lanes_apply(int d, int bits) { return bits == 1 && d % 32 == 0 && d > 0 && d <= 4096; }
+
+std::unique_ptr<ValueCodec> make_turbo_sign_value_codec(TurboRows rows) {
+  return std::make_unique<SignLaneValueCodec>(std::move(rows));
+}
+
+}  // namespace vq::kv
+#endif

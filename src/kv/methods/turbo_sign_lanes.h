@@ -1,0 +1,36 @@
+// One-bit TurboQuant rows (turbo_rows.h with a table of two levels: TurboQuant-MSE at bits=1,
+// RaBitQ's sign codes) as values, laid out as bit planes of tokens per channel, and the fused
+// accumulation that reads them through tables of partial weight sums (turbo_sign_lanes.cpp).
+// Keys keep the token-lane layout of turbo_lanes.h, which their nibble-table scores need; only
+// the values' bytes are arranged differently, so bits per element are unchanged.
+//
+// A block holds 16 tokens: their 16 fp16 scales, then for each channel c a 16-bit word whose bit
+// t is token t's code at c (2 + 2d / 16 bytes per token, as the row layout).
+//
+//   accumulate: acc_c += sum_t (w_t scale_t) level(bit_tc). Per 4 tokens and query row, a table
+//               of 16 partial sums T[i] = sum_j w_j scale_j level(bit j of i) is built once (4
+//               multiply-adds); then every channel's contribution of those 4 tokens is one
+//               register lookup of T by the channel's 4 token bits (channels in the lanes) and one
+//               add. Per token and query row that is d/64 lookups and adds on AVX-512, against d/16
+//               level lookups shared by the rows and d/16 multiply-adds per row when tokens sit in
+//               the lanes: accumulation, not scoring, was a one-bit method's cost (52% of RaBitQ's
+//               attention time, 45 us against 12 us for scores at 4096 tokens and four rows).
+//
+// This is the transpose of the key side's nibble tables (turbo_lanes.h, 4 channels a nibble):
+// there the query is fixed and tokens vary, here the weights of 4 tokens are fixed per table and
+// channels vary.
+#pragma once
+
+#include <memory>
+
+#include "src/kv/methods/turbo_rows.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+// The layout applies at one bit when head_dim is a multiple of 32 and at most 4096, as the token
+// lanes do (turbo_lanes_apply).
+bool turbo_sign_lanes_apply(int d, int bits);
+std::unique_ptr<ValueCodec> make_turbo_sign_value_codec(TurboRows rows);
+
+}  // namespace vq::kv
