@@ -101,6 +101,9 @@ const int registered = [] {
     if (std::any_of(params.begin(), params.end(), [](const vq::kv::ParamInfo& p) { return p.name == "rot"; })) {
       specs.push_back(def->info.name + ":rot=1");
     }
+    // Settings that take kernels of their own: one-bit values (per-channel token planes) and the
+    // fractional split (two part codecs per group).
+    if (def->info.name == "turbo") specs.insert(specs.end(), {"turbo:bits=1", "turbo:bits=2,outliers=64"});
     for (const std::string& spec : specs) {
       benchmark::RegisterBenchmark(("encode/" + spec).c_str(), BM_Encode, spec);
       benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec, kTokens);

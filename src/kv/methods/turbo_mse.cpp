@@ -91,7 +91,7 @@ const MethodDef& turbo_method() {
                               {"outliers", ParamType::kInt, 0, 0, 4096,
                                "channels per group of tokens coded at bits + 1 by their own instance (head_dim / 2: bits + 0.5)",
                                {}},
-                              {"group", ParamType::kInt, 32, 1, 1024, "tokens per choice of outlier channels (with outliers)", {}},
+                              {"group", ParamType::kInt, 32, 1, 1024, "tokens per choice of outlier channels (with outliers; a multiple of 16)", {}},
                               {"pick", ParamType::kChoice, 0, 0, 1,
                                "outlier channels: the group's largest norms (paper), or the first ones (ablation)",
                                {"norm", "first"}}})},

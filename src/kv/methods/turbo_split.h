@@ -23,9 +23,11 @@ struct TurboSplitShape {
 };
 
 // Refuses (vq::Error, one line) a shape the split cannot code: outliers outside [4, d - 4], a
-// part whose dimension the rotation cannot take, or bits + 1 above 4.
+// part whose dimension the rotation cannot take, bits + 1 above 4, or a group that is not a
+// multiple of 16 tokens.
 void check_turbo_split(const TurboSplitShape& s);
-// Bytes of one block: the group's channel mask, then per token the two rows.
+// Bytes of one block: the group's channel mask, then the two parts' blocks (16 tokens each),
+// as many bytes as a mask and two rows per token.
 size_t turbo_split_block_bytes(const TurboSplitShape& s);
 double turbo_split_bits(const TurboSplitShape& s);
 

@@ -237,7 +237,7 @@ TEST(Method_turbo, OutlierSplitFusedEqualsReference) {
                            "k=turbo:bits=1,outliers=64,v=turbo:bits=2,norm=1,outliers=32", "turbo:bits=2,outliers=48,pick=first"}) {
     check_all(spec, {128}, 96);
   }
-  check_all("turbo:bits=2,outliers=128,group=8", {256}, 64);
+  check_all("turbo:bits=2,outliers=128,group=16", {256}, 64);
   check_all("turbo:bits=2,outliers=40,group=16", {80}, 64);  // two dense rotations (40 and 40)
   check_all("turbo:bits=1,outliers=32", {128}, 64);          // 32 by Hadamard, 96 dense
 }
@@ -253,6 +253,10 @@ TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
   }
   EXPECT_THROW(parse_method("turbo:outliers=-1"), Error);
   EXPECT_THROW(parse_method("turbo:outliers=8,group=0"), Error);
+  // Each part keeps blocks of 16 tokens, so a group is a whole number of them.
+  for (const char* spec : {"turbo:outliers=64,group=8", "turbo:outliers=64,group=24"}) {
+    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0, 1}), Error) << spec;
+  }
 }
 
 // The split picks each group's loudest channels (the mask at the head of the block), and its
