@@ -12,7 +12,7 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 8;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
+constexpr uint32_t kVersion = 9;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
                                   // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h);
                                   // 5: RaBitQ stores one factor per token (TurboQuant's rows and lanes),
                                   //    QJL keys without outlier channels keep tokens in lanes;
@@ -21,7 +21,8 @@ constexpr uint32_t kVersion = 8;  // 2: the cache names its calibration; 3: q4 v
                                   // 7: one-bit TurboQuant-MSE and RaBitQ values keep a plane of
                                   //    token bits per channel (turbo_sign_lanes.h);
                                   // 8: TurboQuant's fractional split keeps each part as blocks of
-                                  //    its own codec after the group's mask (turbo_split.cpp)
+                                  //    its own codec after the group's mask (turbo_split.cpp);
+                                  // 9: TurboQuant-Prod blocks are two lane parts, codes and signs
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

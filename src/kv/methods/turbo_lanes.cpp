@@ -376,6 +376,7 @@ namespace {
 constexpr int kSub = 16;
 constexpr int kGroup = 32;
 constexpr size_t kScaleBytes = kSub * 2;
+constexpr int kMaxTableDim = 512;  // one-bit keys' nibble tables up to here: 4 d floats of state per query
 
 // The block layout, scalar: the encoder and the plain reference decode.
 class LaneLayout {
@@ -419,116 +420,129 @@ class LaneLayout {
   int d_, bits_;
 };
 
-// What a key and a value codec share: the rows' quantizer, the layout, the 16-entry table.
-class LaneCodecCore {
- public:
-  explicit LaneCodecCore(TurboRows rows) : rows_(std::move(rows)), layout_(rows_.head_dim(), rows_.bits()) {
-    const auto& t = rows_.table();
-    for (int i = 0; i < 16; ++i) table16_[size_t(i)] = t[size_t(i) % t.size()];
+}  // namespace
+
+TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values)
+    : d_(d), bits_(bits), signs_(values && sign_lanes::apply(d, bits)),
+      tables_(!values && bits == 1 && d <= kMaxTableDim), levels_(std::move(levels)) {
+  for (int i = 0; i < 16; ++i) table16_[size_t(i)] = levels_[size_t(i) % levels_.size()];
+  if (signs_) sign_lanes::make_patterns(levels_[0], levels_[1], patterns_.data());
+}
+
+size_t TurboLanePart::bytes() const { return signs_ ? sign_lanes::block_bytes(d_) : LaneLayout(d_, bits_).bytes(); }
+
+void TurboLanePart::put(const uint8_t* codes, uint16_t scale, int t, uint8_t* part) const {
+  if (signs_) {
+    sign_lanes::put(codes, scale, t, d_, part);
+  } else {
+    LaneLayout(d_, bits_).put(codes, scale, t, part);
   }
-  int d() const { return rows_.head_dim(); }
-  int bits() const { return rows_.bits(); }
-  size_t bytes() const { return layout_.bytes(); }
-  size_t param_bytes() const { return rows_.param_bytes(); }
-  const float* table16() const { return table16_.data(); }
-  void encode_token(const float* x, int slot, uint8_t* block) const {
-    uint8_t codes[TurboRows::kMaxDim];
-    layout_.put(codes, rows_.quantize(x, codes), slot, block);
-  }
-  void encode(const float* x, uint8_t* block) const {
-    for (int t = 0; t < kSub; ++t) encode_token(x + size_t(t) * d(), t, block);
-  }
-  // x = scale * level(code), as the row layout decodes (lut_affine_planes with zero 0).
-  void decode(const uint8_t* block, float* x) const {
-    const auto& t = rows_.table();
-    for (int tok = 0; tok < kSub; ++tok) {
-      const float s = layout_.scale(block, tok);
-      for (int c = 0; c < d(); ++c) x[size_t(tok) * d() + c] = 0.0f + s * t[size_t(layout_.code(block, tok, c))];
+}
+
+void TurboLanePart::decode(const uint8_t* part, float* x) const {
+  const LaneLayout layout(d_, bits_);
+  for (int tok = 0; tok < kSub; ++tok) {
+    const float s = layout.scale(part, tok);  // the scales come first in both layouts
+    for (int c = 0; c < d_; ++c) {
+      const int code = signs_ ? sign_lanes::code(part, tok, c) : layout.code(part, tok, c);
+      x[size_t(tok) * d_ + c] = 0.0f + s * levels_[size_t(code)];
     }
   }
+}
 
- private:
-  TurboRows rows_;
-  LaneLayout layout_;
-  std::array<float, 16> table16_;
-};
+size_t TurboLanePart::query_state_floats() const { return size_t(d_) * (tables_ ? 4 : 1); }
 
-// The block plumbing a key and a value codec share (Base: KeyCodec or ValueCodec).
+// At 1 bit (d up to kMaxTableDim) the prepared query is its nibble tables: for nibble k
+// (channels c0 = 4k ..), entry i = sum over those channels j, in order, of q[c0 + j] * level(bit j
+// of i), each product and sum rounded in float as written. Otherwise the query itself, read a
+// channel at a time.
+void TurboLanePart::prepare_query(const float* q, float* state) const {
+  if (!tables_) {
+    std::copy_n(q, d_, state);
+    return;
+  }
+  for (int k = 0; k < d_ / 4; ++k) {
+    for (int i = 0; i < 16; ++i) {
+      float sum = 0.0f;
+      for (int j = 0; j < 4; ++j) sum += q[4 * k + j] * table16_[size_t((i >> j) & 1)];
+      state[size_t(k) * 16 + size_t(i)] = sum;
+    }
+  }
+}
+
+void TurboLanePart::scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
+                           int64_t i0, int64_t i1, float* out, size_t out_stride) const {
+  if (tables_) {
+    HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out,
+                                                out_stride);
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(TurboLanesScores)(bits_, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(),
+                                         out, out_stride);
+}
+
+void TurboLanePart::accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t stride,
+                               int64_t i0, int64_t i1, float* acc, size_t acc_stride) const {
+  if (signs_) {
+    sign_lanes::accumulate(w, w_stride, n_q, blocks, stride, d_, i0, i1, patterns_.data(), acc, acc_stride);
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(bits_, w, w_stride, n_q, blocks, stride, d_, i0, i1, table16_.data(), acc,
+                                             acc_stride);
+}
+
+namespace {
+
+// A key or a value codec (Base) over blocks of one lane part: the rows' quantizer fills it.
 template <typename Base>
 class LaneBlockCodec : public Base {
  public:
-  explicit LaneBlockCodec(TurboRows rows) : c_(std::move(rows)) {}
-  int head_dim() const override { return c_.d(); }
+  LaneBlockCodec(TurboRows rows, bool values)
+      : rows_(std::move(rows)), part_(rows_.head_dim(), rows_.bits(), rows_.table(), values) {}
+  int head_dim() const override { return rows_.head_dim(); }
   int block_tokens() const override { return kSub; }
-  size_t block_bytes() const override { return c_.bytes(); }
-  size_t param_bytes() const override { return c_.param_bytes(); }
-  void encode(const float* x, int64_t, uint8_t* block) const override { c_.encode(x, block); }
+  size_t block_bytes() const override { return part_.bytes(); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kSub; ++t) encode_token(x + size_t(t) * head_dim(), 0, t, block);
+  }
   bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override { c_.encode_token(x, slot, block); }
-  void decode(const uint8_t* block, int64_t, float* x) const override { c_.decode(block, x); }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
+    uint8_t codes[TurboRows::kMaxDim];
+    part_.put(codes, rows_.quantize(x, codes), slot, block);
+  }
+  // x = scale * level(code), as the row layout decodes (lut_affine_planes with zero 0).
+  void decode(const uint8_t* block, int64_t, float* x) const override { part_.decode(block, x); }
 
  protected:
-  const LaneCodecCore& core() const { return c_; }
+  const TurboLanePart& part() const { return part_; }
 
  private:
-  LaneCodecCore c_;
+  TurboRows rows_;
+  TurboLanePart part_;
 };
-
-// Keys. At 1 bit (head_dim up to kMaxTableDim) the prepared query is its nibble tables: for
-// nibble k (channels c0 = 4k ..), entry i = sum over those channels j, in order, of
-// q[c0 + j] * level(bit j of i), each product and sum rounded in float as written. Otherwise the
-// query itself, read a channel at a time.
-constexpr int kMaxTableDim = 512;  // 4 d floats of state per query
 
 class LaneKeyCodec final : public LaneBlockCodec<KeyCodec> {
  public:
-  explicit LaneKeyCodec(TurboRows rows)
-      : LaneBlockCodec<KeyCodec>(std::move(rows)),
-        tables_(core().bits() == 1 && core().d() <= kMaxTableDim) {}
-  size_t query_state_floats() const override { return size_t(core().d()) * (tables_ ? 4 : 1); }
-  void prepare_query(const float* q, float* state) const override {
-    const LaneCodecCore& c = core();
-    if (!tables_) {
-      std::copy_n(q, c.d(), state);
-      return;
-    }
-    const float* lv = c.table16();
-    for (int k = 0; k < c.d() / 4; ++k) {
-      for (int i = 0; i < 16; ++i) {
-        float sum = 0.0f;
-        for (int j = 0; j < 4; ++j) sum += q[4 * k + j] * lv[(i >> j) & 1];
-        state[size_t(k) * 16 + size_t(i)] = sum;
-      }
-    }
-  }
+  explicit LaneKeyCodec(TurboRows rows) : LaneBlockCodec<KeyCodec>(std::move(rows), false) {}
+  size_t query_state_floats() const override { return part().query_state_floats(); }
+  void prepare_query(const float* q, float* state) const override { part().prepare_query(q, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride) const override {
-    const LaneCodecCore& c = core();
-    if (tables_) {
-      HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, query_state_floats(), blocks, c.bytes(), c.d() / kGroup,
-                                                  i0, i1, out, out_stride);
-      return;
-    }
-    HWY_DYNAMIC_DISPATCH(TurboLanesScores)(c.bits(), states, n_q, size_t(c.d()), blocks, c.bytes(), c.d(), i0, i1,
-                                           c.table16(), out, out_stride);
+    part().scores(states, query_state_floats(), n_q, blocks, block_bytes(), i0, i1, out, out_stride);
   }
-
- private:
-  bool tables_;
 };
 
 class LaneValueCodec final : public LaneBlockCodec<ValueCodec> {
  public:
-  using LaneBlockCodec<ValueCodec>::LaneBlockCodec;
-  size_t accum_floats() const override { return size_t(core().d()); }
+  explicit LaneValueCodec(TurboRows rows) : LaneBlockCodec<ValueCodec>(std::move(rows), true) {}
+  size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    const LaneCodecCore& c = core();
-    HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(c.bits(), w, w_stride, n_q, blocks, c.bytes(), c.d(), i0, i1,
-                                               c.table16(), acc, size_t(c.d()));
+    part().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, size_t(head_dim()));
   }
   void finalize(const float* acc, int n_q, float* out) const override {
-    std::copy_n(acc, size_t(n_q) * core().d(), out);
+    std::copy_n(acc, size_t(n_q) * head_dim(), out);
   }
 };
 
@@ -550,7 +564,6 @@ std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows) {
 }
 
 std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows) {
-  if (turbo_sign_lanes_apply(rows.head_dim(), rows.bits())) return make_turbo_sign_value_codec(std::move(rows));
   if (turbo_lanes_apply(rows.head_dim(), rows.bits())) return std::make_unique<LaneValueCodec>(std::move(rows));
   return std::make_unique<TurboValueCodec>(std::move(rows));
 }

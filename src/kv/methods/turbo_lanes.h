@@ -23,12 +23,48 @@
 // row layout (RowKeyCodec / RowValueCodec) keeps serving the rows.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <vector>
 
 #include "src/kv/methods/turbo_rows.h"
+#include "src/kv/methods/turbo_sign_lanes.h"
 #include "veloxquant/kv/codec.h"
 
 namespace vq::kv {
+
+// One part of a block in the token-lane layout for (d, bits) (for values at one bit, the
+// per-channel token planes of turbo_sign_lanes.h): its scalar put and decode, and its fused
+// kernels over blocks `stride` bytes apart, the part at the same offset in each. The lane codecs
+// are one part per block; TurboQuant-Prod keeps two side by side (its codes and its residual's
+// sketch). Requires turbo_lanes_apply(d, bits).
+class TurboLanePart {
+ public:
+  // levels: the 2^bits levels a code stands for before the token's scale; values: the value layout.
+  TurboLanePart(int d, int bits, std::vector<float> levels, bool values);
+  int d() const { return d_; }
+  size_t bytes() const;
+  // Token t's codes and fp16 scale (the other tokens' bytes are kept).
+  void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* part) const;
+  // The 16 tokens, x = scale * level(code), d floats each.
+  void decode(const uint8_t* part, float* x) const;
+
+  // Keys: the prepared query (query_state_floats), and the scores of rows state_stride apart.
+  size_t query_state_floats() const;
+  void prepare_query(const float* q, float* state) const;
+  void scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
+              int64_t i1, float* out, size_t out_stride) const;
+  // Values: acc rows (acc_stride apart, d floats used) += sum_t w_t scale_t level(code_t).
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
+                  int64_t i1, float* acc, size_t acc_stride) const;
+
+ private:
+  int d_, bits_;
+  bool signs_, tables_;
+  std::vector<float> levels_;
+  alignas(64) std::array<float, 16> table16_;
+  alignas(64) std::array<float, 64> patterns_{};
+};
 
 bool turbo_lanes_apply(int d, int bits);
 // The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token

@@ -25,7 +25,10 @@
 //
 // Layout: 16 tokens per block, per token fp16 ||x||, fp16 ||r||, the MSE codes as B-1 bit planes of
 // ceil(d/8) bytes, then m/8 bytes of signs. Bits per element: (B - 1) + m/d + 32/d (d a multiple of
-// 8), the same for keys and values.
+// 8), the same for keys and values. Where d and m are multiples of 32 the same bytes take
+// TurboQuant's lane layout instead (ProdLanes below): the MSE part, then the signs as a one-bit
+// part whose scale is ||x|| ||r|| in one fp16 (a deviation: the product of the two fp16 norms,
+// rounded once more), so that both terms run through the lane kernels.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,6 +44,7 @@
 #include "src/kv/f16_kernels.h"
 #include "src/kv/lut_kernels.h"
 #include "src/kv/methods/qjl_sketch.h"
+#include "src/kv/methods/turbo_lanes.h"
 #include "src/kv/methods/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
@@ -190,6 +194,140 @@ class ProdValueCodec final : public RowBlockCodec<ValueCodec, ProdRows> {
   int d_;
 };
 
+// The lane layout, where head_dim and m are multiples of 32 (turbo_lanes.h): a block of 16 tokens
+// is the MSE codes as a lane part with the tokens' ||x|| as its scales, then the residual's signs
+// as a one-bit lane part of m coordinates whose scales are ||x|| ||r|| (one fp16, the product of
+// the two fp16 norms the rows keep, rounded once more) and whose levels are -+sqrt(pi/2)/m. The
+// sketch term of a score is then that part's score against S q', and its decode S^T of the part's
+// decode: both parts go through the lane kernels (at one bit the keys' nibble tables and the
+// values' token planes). Bytes are the rows': two fp16 per token, the codes, m/8 bytes of signs.
+class ProdLanes {
+ public:
+  ProdLanes(int d, int bits, int m, uint64_t sketch_seed, bool values)
+      : d_(d), m_(m), levels_(lloyd_max_sphere(d, bits - 1).levels), mids_(level_midpoints(levels_)),
+        sketch_(m, d, sketch_seed), mse_(d, bits - 1, levels_, values),
+        signs_(m, 1, {-float(kQjlScale / m), float(kQjlScale / m)}, values) {}
+  static bool apply(int d, int bits, int m) { return turbo_lanes_apply(d, bits - 1) && turbo_lanes_apply(m, 1); }
+  int d() const { return d_; }
+  int m() const { return m_; }
+  const qjl::GaussianSketch& sketch() const { return sketch_; }
+  const TurboLanePart& mse() const { return mse_; }
+  const TurboLanePart& signs() const { return signs_; }
+  size_t block_bytes() const { return mse_.bytes() + signs_.bytes(); }
+  size_t param_bytes() const { return (levels_.size() + mids_.size()) * sizeof(float) + sketch_.bytes(); }
+
+  // The MSE stage exactly as ProdRows (and turbo_mse.cpp) codes it.
+  void encode_token(const float* x, int slot, uint8_t* block) const {
+    double ss = 0;
+    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
+    const float norm = float(std::sqrt(ss));
+    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+    uint8_t codes[4096], bits[4096];
+    std::vector<float> r(static_cast<size_t>(d_)), p(static_cast<size_t>(m_));
+    double rr = 0;
+    for (int j = 0; j < d_; ++j) {
+      const float u = x[j] * inv;
+      codes[j] = uint8_t(nearest_level(mids_.data(), int(mids_.size()), u));
+      r[size_t(j)] = u - levels_[codes[j]];
+      rr += double(r[size_t(j)]) * r[size_t(j)];
+    }
+    const uint16_t hn = f32_to_f16(std::min(norm, 65504.0f));
+    const float coef = f16_to_f32(hn) * f16_to_f32(f32_to_f16(float(std::sqrt(rr))));
+    sketch_.project(r.data(), m_, p.data());
+    for (int i = 0; i < m_; ++i) bits[i] = p[size_t(i)] > 0.0f ? 1 : 0;  // as qjl::pack_signs
+    mse_.put(codes, hn, slot, block);
+    signs_.put(bits, f32_to_f16(std::min(coef, 65504.0f)), slot, block + mse_.bytes());
+  }
+  // The 16 tokens' ||x|| u_hat + ||x|| ||r|| sqrt(pi/2)/m S^T sign(S r).
+  void decode(const uint8_t* block, float* x) const {
+    std::vector<float> z(size_t(kBlockTokens) * m_);
+    mse_.decode(block, x);
+    signs_.decode(block + mse_.bytes(), z.data());
+    for (int t = 0; t < kBlockTokens; ++t) sketch_.add_transposed(z.data() + size_t(t) * m_, x + size_t(t) * d_);
+  }
+
+ private:
+  int d_, m_;
+  std::vector<float> levels_, mids_;
+  qjl::GaussianSketch sketch_;
+  TurboLanePart mse_, signs_;
+};
+
+template <typename Base>
+class ProdLaneCodec : public Base {
+ public:
+  ProdLaneCodec(int d, int bits, int m, uint64_t sketch_seed, bool values) : lanes_(d, bits, m, sketch_seed, values) {}
+  int head_dim() const override { return lanes_.d(); }
+  int block_tokens() const override { return kBlockTokens; }
+  size_t block_bytes() const override { return lanes_.block_bytes(); }
+  size_t param_bytes() const override { return lanes_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kBlockTokens; ++t) lanes_.encode_token(x + size_t(t) * lanes_.d(), t, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
+    lanes_.encode_token(x, slot, block);
+  }
+  void decode(const uint8_t* block, int64_t, float* x) const override { lanes_.decode(block, x); }
+
+ protected:
+  const ProdLanes& lanes() const { return lanes_; }
+
+ private:
+  ProdLanes lanes_;
+};
+
+// Keys: the prepared state is the MSE part's (q', or its nibble tables at one bit) then the sign
+// part's, prepared from S q'.
+class ProdLaneKeyCodec final : public ProdLaneCodec<KeyCodec> {
+ public:
+  ProdLaneKeyCodec(int d, int bits, int m, uint64_t sketch_seed) : ProdLaneCodec(d, bits, m, sketch_seed, false) {}
+  size_t query_state_floats() const override {
+    return lanes().mse().query_state_floats() + lanes().signs().query_state_floats();
+  }
+  void prepare_query(const float* q, float* state) const override {
+    std::vector<float> sq(static_cast<size_t>(lanes().m()));
+    lanes().mse().prepare_query(q, state);
+    lanes().sketch().project(q, lanes().m(), sq.data());
+    lanes().signs().prepare_query(sq.data(), state + lanes().mse().query_state_floats());
+  }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const size_t qs = query_state_floats(), n = size_t(i1 - i0);
+    std::vector<float> sk(size_t(n_q) * n);
+    lanes().mse().scores(states, qs, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
+    lanes().signs().scores(states + lanes().mse().query_state_floats(), qs, n_q, blocks + lanes().mse().bytes(),
+                           block_bytes(), i0, i1, sk.data(), n);
+    for (int r = 0; r < n_q; ++r) {
+      for (size_t t = 0; t < n; ++t) out[size_t(r) * out_stride + t] += sk[size_t(r) * n + t];
+    }
+  }
+};
+
+// Values: d floats for the MSE parts, then m floats of weighted signs (S^T applied once, in
+// finalize), as the rows' codec.
+class ProdLaneValueCodec final : public ProdLaneCodec<ValueCodec> {
+ public:
+  ProdLaneValueCodec(int d, int bits, int m, uint64_t sketch_seed) : ProdLaneCodec(d, bits, m, sketch_seed, true) {}
+  size_t accum_floats() const override { return size_t(lanes().d()) + size_t(lanes().m()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    const size_t as = accum_floats();
+    lanes().mse().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, as);
+    lanes().signs().accumulate(w, w_stride, n_q, blocks + lanes().mse().bytes(), block_bytes(), i0, i1,
+                               acc + lanes().d(), as);
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    const size_t as = accum_floats();
+    const int d = lanes().d();
+    for (int r = 0; r < n_q; ++r) {
+      const float* a = acc + size_t(r) * as;
+      std::copy_n(a, d, out + size_t(r) * d);
+      lanes().sketch().add_transposed(a + d, out + size_t(r) * d);
+    }
+  }
+};
+
 class ProdMethod final : public RotatedMethod {
  public:
   explicit ProdMethod(const ParamValues& v)
@@ -198,15 +336,25 @@ class ProdMethod final : public RotatedMethod {
   }
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
     const int m = rows(ctx.head_dim);
-    return rotate_keys(std::make_unique<ProdKeyCodec>(ctx.head_dim, bits_, m,
-                                                      qjl::sketch_seed(rotation_seed(ctx.layer, 0))),
-                       rotation_seed(ctx.layer, 0));
+    const uint64_t seed = qjl::sketch_seed(rotation_seed(ctx.layer, 0));
+    std::unique_ptr<KeyCodec> c;
+    if (ProdLanes::apply(ctx.head_dim, bits_, m)) {
+      c = std::make_unique<ProdLaneKeyCodec>(ctx.head_dim, bits_, m, seed);
+    } else {
+      c = std::make_unique<ProdKeyCodec>(ctx.head_dim, bits_, m, seed);
+    }
+    return rotate_keys(std::move(c), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
     const int m = rows(ctx.head_dim);
-    return rotate_values(std::make_unique<ProdValueCodec>(ctx.head_dim, bits_, m,
-                                                          qjl::sketch_seed(rotation_seed(ctx.layer, 1))),
-                         rotation_seed(ctx.layer, 1));
+    const uint64_t seed = qjl::sketch_seed(rotation_seed(ctx.layer, 1));
+    std::unique_ptr<ValueCodec> c;
+    if (ProdLanes::apply(ctx.head_dim, bits_, m)) {
+      c = std::make_unique<ProdLaneValueCodec>(ctx.head_dim, bits_, m, seed);
+    } else {
+      c = std::make_unique<ProdValueCodec>(ctx.head_dim, bits_, m, seed);
+    }
+    return rotate_values(std::move(c), rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }

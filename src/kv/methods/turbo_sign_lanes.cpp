@@ -163,100 +163,44 @@ void SignLanesAccumulate(const float* w, size_t w_stride, int n_q, const uint8_t
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <array>
-
-namespace vq::kv {
+namespace vq::kv::sign_lanes {
 HWY_EXPORT(SignLanesAccumulate);
 
 namespace {
-
 constexpr int kSub = 16;
 constexpr size_t kScaleBytes = kSub * 2;
-
-// The block layout, scalar: the encoder and the plain reference decode.
-class SignLaneLayout {
- public:
-  explicit SignLaneLayout(int d) : d_(d) {}
-  size_t bytes() const { return kScaleBytes + size_t(2) * d_; }  // = 16 rows of 2 + d / 8 bytes
-
-  // Token t's codes (bit 0 of each) and scale; the other tokens' bits are kept.
-  void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* block) const {
-    std::memcpy(block + 2 * t, &scale, 2);
-    for (int c = 0; c < d_; ++c) {
-      uint16_t plane;
-      std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
-      plane = uint16_t((plane & ~(1u << t)) | (uint32_t(codes[c] & 1) << t));
-      std::memcpy(block + kScaleBytes + 2 * size_t(c), &plane, 2);
-    }
-  }
-  int code(const uint8_t* block, int t, int c) const {
-    uint16_t plane;
-    std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
-    return (plane >> t) & 1;
-  }
-  float scale(const uint8_t* block, int t) const {
-    uint16_t h;
-    std::memcpy(&h, block + 2 * t, 2);
-    return f16_to_f32(h);
-  }
-
- private:
-  int d_;
-};
-
-class SignLaneValueCodec final : public ValueCodec {
- public:
-  explicit SignLaneValueCodec(TurboRows rows) : rows_(std::move(rows)), layout_(rows_.head_dim()) {
-    // patterns_[j][i] = level(bit j of i): a table's entry i is sum_j w_j patterns_[j][i].
-    const auto& lv = rows_.table();
-    for (int j = 0; j < 4; ++j) {
-      for (int i = 0; i < 16; ++i) patterns_[size_t(j) * 16 + size_t(i)] = lv[size_t((i >> j) & 1)];
-    }
-  }
-  int head_dim() const override { return rows_.head_dim(); }
-  int block_tokens() const override { return kSub; }
-  size_t block_bytes() const override { return layout_.bytes(); }
-  size_t param_bytes() const override { return rows_.param_bytes(); }
-  void encode(const float* x, int64_t, uint8_t* block) const override {
-    for (int t = 0; t < kSub; ++t) encode_token(x + size_t(t) * head_dim(), 0, t, block);
-  }
-  bool encodes_single_tokens() const override { return true; }
-  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
-    uint8_t codes[TurboRows::kMaxDim];
-    layout_.put(codes, rows_.quantize(x, codes), slot, block);
-  }
-  // x = scale * level(code), as the row layout decodes (lut_affine_planes with zero 0).
-  void decode(const uint8_t* block, int64_t, float* x) const override {
-    const auto& lv = rows_.table();
-    const int d = head_dim();
-    for (int t = 0; t < kSub; ++t) {
-      const float s = layout_.scale(block, t);
-      for (int c = 0; c < d; ++c) x[size_t(t) * d + c] = 0.0f + s * lv[size_t(layout_.code(block, t, c))];
-    }
-  }
-  size_t accum_floats() const override { return size_t(head_dim()); }
-  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
-    HWY_DYNAMIC_DISPATCH(SignLanesAccumulate)(w, w_stride, n_q, blocks, layout_.bytes(), head_dim(), i0, i1,
-                                              patterns_.data(), acc, size_t(head_dim()));
-  }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    std::copy_n(acc, size_t(n_q) * head_dim(), out);
-  }
-
- private:
-  TurboRows rows_;
-  SignLaneLayout layout_;
-  alignas(64) std::array<float, 64> patterns_;
-};
-
 }  // namespace
 
-bool turbo_sign_lanes_apply(int d, int bits) { return bits == 1 && d % 32 == 0 && d > 0 && d <= 4096; }
+bool apply(int d, int bits) { return bits == 1 && d % 32 == 0 && d > 0 && d <= 4096; }
 
-std::unique_ptr<ValueCodec> make_turbo_sign_value_codec(TurboRows rows) {
-  return std::make_unique<SignLaneValueCodec>(std::move(rows));
+size_t block_bytes(int d) { return kScaleBytes + size_t(2) * d; }  // = 16 rows of 2 + d / 8 bytes
+
+void put(const uint8_t* codes, uint16_t scale, int t, int d, uint8_t* block) {
+  std::memcpy(block + 2 * t, &scale, 2);
+  for (int c = 0; c < d; ++c) {
+    uint16_t plane;
+    std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
+    plane = uint16_t((plane & ~(1u << t)) | (uint32_t(codes[c] & 1) << t));
+    std::memcpy(block + kScaleBytes + 2 * size_t(c), &plane, 2);
+  }
 }
 
-}  // namespace vq::kv
+int code(const uint8_t* block, int t, int c) {
+  uint16_t plane;
+  std::memcpy(&plane, block + kScaleBytes + 2 * size_t(c), 2);
+  return (plane >> t) & 1;
+}
+
+void make_patterns(float level0, float level1, float* patterns) {
+  for (int j = 0; j < 4; ++j) {
+    for (int i = 0; i < 16; ++i) patterns[j * 16 + i] = (i >> j) & 1 ? level1 : level0;
+  }
+}
+
+void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
+                int64_t i1, const float* patterns, float* acc, size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(SignLanesAccumulate)(w, w_stride, n_q, blocks, bb, d, i0, i1, patterns, acc, acc_stride);
+}
+
+}  // namespace vq::kv::sign_lanes
 #endif

@@ -5,7 +5,7 @@
 // the values' bytes are arranged differently, so bits per element are unchanged.
 //
 // A block holds 16 tokens: their 16 fp16 scales, then for each channel c a 16-bit word whose bit
-// t is token t's code at c (2 + 2d / 16 bytes per token, as the row layout).
+// t is token t's code at c (2 + d/8 bytes per token, as the row layout).
 //
 //   accumulate: acc_c += sum_t (w_t scale_t) level(bit_tc). Per 4 tokens and query row, a table
 //               of 16 partial sums T[i] = sum_j w_j scale_j level(bit j of i) is built once (4
@@ -21,16 +21,24 @@
 // channels vary.
 #pragma once
 
-#include <memory>
+#include <cstddef>
+#include <cstdint>
 
-#include "src/kv/methods/turbo_rows.h"
-#include "veloxquant/kv/codec.h"
+namespace vq::kv::sign_lanes {
 
-namespace vq::kv {
+// The layout applies at one bit when d is a multiple of 32 and at most 4096, as the token lanes
+// do (turbo_lanes_apply). TurboLanePart (turbo_lanes.h) is the way in for codecs.
+bool apply(int d, int bits);
+size_t block_bytes(int d);
+// Token t's codes (bit 0 of each) and fp16 scale into a block; the other tokens' bits are kept.
+void put(const uint8_t* codes, uint16_t scale, int t, int d, uint8_t* block);
+int code(const uint8_t* block, int t, int c);
+// The 4 x 16 floats the tables are built from: patterns[16 j + i] = level(bit j of i).
+void make_patterns(float level0, float level1, float* patterns);
+// acc rows (acc_stride apart) += sum over tokens [i0, i1) of w_t scale_t level(bit_tc); blocks are
+// bb bytes apart (a part of a larger block when bb exceeds block_bytes(d)); patterns 64-byte
+// aligned.
+void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
+                int64_t i1, const float* patterns, float* acc, size_t acc_stride);
 
-// The layout applies at one bit when head_dim is a multiple of 32 and at most 4096, as the token
-// lanes do (turbo_lanes_apply).
-bool turbo_sign_lanes_apply(int d, int bits);
-std::unique_ptr<ValueCodec> make_turbo_sign_value_codec(TurboRows rows);
-
-}  // namespace vq::kv
+}  // namespace vq::kv::sign_lanes

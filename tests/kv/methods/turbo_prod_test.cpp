@@ -48,24 +48,30 @@ TEST(Method_turbo_prod, BadSpecsAreRefused) {
 }
 
 // The MSE stage is TurboQuant-MSE at B-1 bits: with the same seed (same rotation) a token's norm
-// and codes are byte for byte those turbo writes.
+// and codes are byte for byte those turbo writes. Where head_dim and m are multiples of 32 the
+// prod block is turbo's lane block then the signs' lane part (d = 128); otherwise a row per token
+// [norm, residual norm, codes, signs] against turbo's row [norm, codes] (d = 72, m = 72).
 TEST(Method_turbo_prod, MseStageIsTurboAtOneBitLess) {
-  const int d = 128;
-  const auto x = make_data(Data::kGaussian, 16, d, 5);
-  for (int b = 2; b <= 4; ++b) {
-    const auto pc = parse_method("turbo-prod:bits=" + std::to_string(b)).keys().key_codec(CodecContext{d, 0, 1});
-    const auto tc = parse_method("turbo:bits=" + std::to_string(b - 1)).keys().key_codec(CodecContext{d, 0, 1});
-    std::vector<uint8_t> pb(pc->block_bytes()), tb(tc->block_bytes());
-    pc->encode(x.data(), 0, pb.data());
-    tc->encode(x.data(), 0, tb.data());
-    // Per token the prod row is [norm, residual norm, codes, signs] and turbo's, in the row
-    // layout (its blocks keep tokens in lanes: turbo_lanes.h), is [norm, codes].
-    const size_t prow = pc->block_bytes() / 16, trow = tc->block_bytes() / 16;
-    std::vector<uint8_t> row(trow);
-    for (int t = 0; t < 16; ++t) {
-      turbo_lanes_row(tb.data(), d, b - 1, t, row.data());
-      EXPECT_EQ(0, std::memcmp(&pb[t * prow], row.data(), 2)) << "norm, token " << t;
-      EXPECT_EQ(0, std::memcmp(&pb[t * prow + 4], row.data() + 2, trow - 2)) << "codes, token " << t;
+  for (const auto& [d, m] : {std::pair{128, ""}, std::pair{72, ",m=72"}}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const auto x = make_data(Data::kGaussian, 16, d, 5);
+    for (int b = 2; b <= 4; ++b) {
+      const auto pc =
+          parse_method("turbo-prod:bits=" + std::to_string(b) + m).keys().key_codec(CodecContext{d, 0, 1});
+      const auto tc = parse_method("turbo:bits=" + std::to_string(b - 1)).keys().key_codec(CodecContext{d, 0, 1});
+      std::vector<uint8_t> pb(pc->block_bytes()), tb(tc->block_bytes());
+      pc->encode(x.data(), 0, pb.data());
+      tc->encode(x.data(), 0, tb.data());
+      if (d % 32 == 0) {
+        ASSERT_EQ(pb.size(), tb.size() + 32 + 2 * size_t(d)) << "the signs' part: 16 scales, d/8 bytes a token";
+        EXPECT_EQ(0, std::memcmp(pb.data(), tb.data(), tb.size())) << "bits " << b;
+        continue;
+      }
+      const size_t prow = pc->block_bytes() / 16, trow = tc->block_bytes() / 16;
+      for (int t = 0; t < 16; ++t) {
+        EXPECT_EQ(0, std::memcmp(&pb[t * prow], &tb[t * trow], 2)) << "norm, token " << t;
+        EXPECT_EQ(0, std::memcmp(&pb[t * prow + 4], &tb[t * trow + 2], trow - 2)) << "codes, token " << t;
+      }
     }
   }
 }
@@ -92,7 +98,7 @@ Run run_seeds(int d, int bits, int m, bool values, const std::vector<float>& x16
   const double exact = dot(q.data(), x16.data(), d);
   const double nq = norm(q.data(), d), nx = norm(x16.data(), d);
   std::vector<double> err, mse_err;
-  std::set<float> seen;
+  std::set<std::string> seen;  // the encoded blocks: each seed must give its own
   Run run;
   for (int s = 1; s <= kSeeds; ++s) {
     const std::string seed = ",seed=" + std::to_string(s);
@@ -105,6 +111,7 @@ Run run_seeds(int d, int bits, int m, bool values, const std::vector<float>& x16
       const auto kc = prod.keys().key_codec(ctx);
       std::vector<uint8_t> block(kc->block_bytes());
       kc->encode(x16.data(), 0, block.data());
+      seen.insert(std::string(block.begin(), block.end()));
       std::vector<float> state(kc->query_state_floats());
       kc->prepare_query(q.data(), state.data());
       float sc = 0;
@@ -118,6 +125,7 @@ Run run_seeds(int d, int bits, int m, bool values, const std::vector<float>& x16
       const auto vc = prod.values().value_codec(ctx);
       std::vector<uint8_t> block(vc->block_bytes());
       vc->encode(x16.data(), 0, block.data());
+      seen.insert(std::string(block.begin(), block.end()));
       std::vector<float> w(16, 0.0f), acc(vc->accum_floats(), 0.0f), out(static_cast<size_t>(d));
       w[0] = 1.0f;
       vc->accumulate(w.data(), 16, 1, block.data(), 0, 0, 16, acc.data());
@@ -134,7 +142,6 @@ Run run_seeds(int d, int bits, int m, bool values, const std::vector<float>& x16
     run.bound_var += nx * nx * M_PI / 2 * nq * nq * rr / m / kSeeds;
     err.push_back(score - exact);
     mse_err.push_back(dot(q.data(), x_mse.data(), d) - exact);
-    seen.insert(float(score));
   }
   run.mean = std::accumulate(err.begin(), err.end(), 0.0) / kSeeds;
   for (double e : err) run.var += (e - run.mean) * (e - run.mean) / (kSeeds - 1);

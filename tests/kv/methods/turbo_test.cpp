@@ -63,7 +63,7 @@ TEST(Method_turbo, TableScoresIdenticalOnEveryTarget) {
 TEST(Method_turbo, OneBitValuePlanesHoldTheKeyLanesCodes) {
   for (int d : {32, 128, 1024}) {
     SCOPED_TRACE("d " + std::to_string(d));
-    ASSERT_TRUE(turbo_sign_lanes_apply(d, 1));
+    ASSERT_TRUE(sign_lanes::apply(d, 1));
     const auto kc = make_turbo_key_codec(sphere_rows(d, 1));
     const auto vc = make_turbo_value_codec(sphere_rows(d, 1));
     ASSERT_EQ(kc->block_tokens(), 16);
@@ -86,8 +86,8 @@ TEST(Method_turbo, OneBitValuePlanesHoldTheKeyLanesCodes) {
       }
     }
   }
-  EXPECT_FALSE(turbo_sign_lanes_apply(128, 2));
-  EXPECT_FALSE(turbo_sign_lanes_apply(80, 1));
+  EXPECT_FALSE(sign_lanes::apply(128, 2));
+  EXPECT_FALSE(sign_lanes::apply(80, 1));
 }
 
 // Bytes between two inaccessible pages, against the upper one (at_end) or the lower one: a read
