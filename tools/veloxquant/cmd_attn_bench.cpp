@@ -87,15 +87,25 @@ Runner add_attn_bench_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds, "Interleaved rounds over all methods")->check(CLI::Range(1, 1000));
   cmd->add_option("--seed", o->seed, "Seed of the synthetic data");
   cmd->add_option("--bandwidth-mib", o->bandwidth_mib, "Buffer size of the bandwidth probe (MiB)");
-  cmd->add_option("--kv", o->kv, "Method spec (repeatable); default: fp16 bf16 q8 q8:rot=1 q4 q4:rot=1 kivi kvquant turbo turbo-rvq:bits=1 turbo-prod polar qjl rabitq vecinfer spectral (kvquant, vecinfer and spectral calibrated on the synthetic data; commvq is left out: its 12-bit-per-stage search makes filling a 32k cache take minutes)");
+  cmd->add_option("--kv", o->kv, "Method spec (repeatable); default: fp16 bf16 q8 q8:rot=1 q4 q4:rot=1 kivi kvquant turbo turbo:bits=2 turbo:bits=1 turbo:bits=2,outliers=64 turbo-rvq:bits=1 turbo-prod turbo-prod:bits=2 polar qjl rabitq rabitq:bits=2 vecinfer spectral (kvquant, vecinfer and spectral calibrated on the synthetic data; commvq is left out: its 12-bit-per-stage search makes filling a 32k cache take minutes)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   // Specs are checked before anything is allocated.
   cmd->callback([o]() {
     VQ_CHECK(o->q_heads % o->kv_heads == 0, fmt::format("--q-heads {} is not a multiple of --kv-heads {}",
                                                         o->q_heads, o->kv_heads));
     if (o->kv.empty()) {
-      o->kv = {"fp16",  "bf16",       "q8",    "q8:rot=1", "q4",  "q4:rot=1", "kivi",  "kvquant",
-               "turbo", "turbo-rvq:bits=1", "turbo-prod", "polar", "qjl", "rabitq", "vecinfer", "spectral"};
+      // The rotation family at each of its settings of 3 bits or fewer, beside its defaults.
+      o->kv = {"fp16",          "bf16",
+               "q8",            "q8:rot=1",
+               "q4",            "q4:rot=1",
+               "kivi",          "kvquant",
+               "turbo",         "turbo:bits=2",
+               "turbo:bits=1",  "turbo:bits=2,outliers=64",
+               "turbo-rvq:bits=1", "turbo-prod",
+               "turbo-prod:bits=2", "polar",
+               "qjl",           "rabitq",
+               "rabitq:bits=2", "vecinfer",
+               "spectral"};
     }
     for (const auto& s : o->kv) kv::parse_method(s);
   });
