@@ -24,9 +24,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "src/core/fp16.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace vq::kv {
@@ -86,6 +88,33 @@ class SpreadPrefetch {
 
   static size_t LineBytes(size_t bytes, size_t steps) { return ((bytes + steps - 1) / steps + 63) / 64 * 64; }
 };
+
+// wb[r * kSub + t] = w_r(token first + t) * scale_t for a block of kSub tokens whose kSub fp16
+// scales come first (the lane layouts), zero outside [i0, i1): w points at token i0's weight
+// (rows w_stride apart). With vectors when the block lies wholly inside the range.
+template <int kRows, int kSub>
+HWY_INLINE void StageBlockWeights(const float* HWY_RESTRICT w, size_t w_stride, const uint8_t* HWY_RESTRICT blk,
+                                  int64_t first, int64_t i0, int64_t i1, float* HWY_RESTRICT wb) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int N = int(hn::Lanes(df));
+  if (first >= i0 && first + kSub <= i1 && kSub % N == 0) {
+    for (int p = 0; p < kSub; p += N) {
+      const auto s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + p));
+      for (int r = 0; r < kRows; ++r) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p), s), df, wb + r * kSub + p);
+      }
+    }
+    return;
+  }
+  for (int t = 0; t < kSub; ++t) {
+    const int64_t i = first + t;
+    uint16_t hbits;
+    std::memcpy(&hbits, blk + 2 * t, 2);
+    const float s = f16_to_f32(hbits);
+    for (int r = 0; r < kRows; ++r) wb[r * kSub + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
+  }
+}
 
 #if HWY_TARGET == HWY_SCALAR
 constexpr int kScoreTokens = 1;

@@ -291,8 +291,6 @@ HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* run, size_t bb, 
 template <int kBits, int kRows>
 void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
                     const float* table16, float* acc, size_t acc_stride) {
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
   const Levels L = LoadLevels(table16);
   const int n_groups = d / kGroup;
   alignas(64) float W[kBatch * kRows * kSub];
@@ -309,28 +307,8 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
     if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
     // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
     for (int bi = 0; bi < nb; ++bi) {
-      const int64_t first = (b0 + bi) * kSub;
-      const uint8_t* blk = run + size_t(bi) * bb;
-      float* wb = W + size_t(bi) * kRows * kSub;
-      if (first >= i0 && first + kSub <= i1) {
-        for (int p = 0; p < kParts; ++p) {
-          const VF s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + p * kLanes));
-          for (int r = 0; r < kRows; ++r) {
-            const VF wv = hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p * kLanes);
-            hn::Store(hn::Mul(wv, s), df, wb + r * kSub + p * kLanes);
-          }
-        }
-        continue;
-      }
-      for (int t = 0; t < kSub; ++t) {
-        const int64_t i = first + t;
-        uint16_t hbits;
-        std::memcpy(&hbits, blk + 2 * t, 2);
-        const float s = f16_to_f32(hbits);
-        for (int r = 0; r < kRows; ++r) {
-          wb[r * kSub + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
-        }
-      }
+      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
+                                     W + size_t(bi) * kRows * kSub);
     }
     for (int g = 0; g < n_groups; ++g) {
       AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, run + next_bytes, share, next_bytes,
@@ -547,14 +525,6 @@ class LaneValueCodec final : public LaneBlockCodec<ValueCodec> {
 };
 
 }  // namespace
-
-void turbo_lanes_row(const uint8_t* block, int d, int bits, int t, uint8_t* row) {
-  const LaneLayout layout(d, bits);
-  uint8_t codes[TurboRows::kMaxDim];
-  for (int c = 0; c < d; ++c) codes[c] = uint8_t(layout.code(block, t, c));
-  std::memcpy(row, block + 2 * t, 2);
-  pack_planes(codes, d, bits, row + 2);
-}
 
 bool turbo_lanes_apply(int d, int bits) { return bits >= 1 && bits <= 4 && d % kGroup == 0 && d > 0 && d <= 4096; }
 

@@ -71,8 +71,5 @@ bool turbo_lanes_apply(int d, int bits);
 // planes of turbo_sign_lanes.h instead), the row codecs otherwise.
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);
 std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
-// Token t of a lane block in the row layout (fp16 scale, then the codes as bit planes:
-// TurboRows::row_bytes() bytes), for comparing the two layouts.
-void turbo_lanes_row(const uint8_t* block, int d, int bits, int t, uint8_t* row);
 
 }  // namespace vq::kv

@@ -65,6 +65,27 @@ float load_f16(const uint8_t* p) {
   return f16_to_f32(h);
 }
 
+// The MSE stage exactly as turbo_mse.cpp codes it, so its codes are TurboQuant-MSE's at B-1 bits:
+// the codes of x's unit direction u, the residual r = u - u_hat, and both norms in fp16.
+struct MseStage {
+  uint16_t norm, residual_norm;
+};
+MseStage code_mse_stage(const float* x, int d, const std::vector<float>& levels, const std::vector<float>& mids,
+                        uint8_t* codes, float* r) {
+  double ss = 0;
+  for (int j = 0; j < d; ++j) ss += double(x[j]) * x[j];
+  const float norm = float(std::sqrt(ss));
+  const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
+  double rr = 0;
+  for (int j = 0; j < d; ++j) {
+    const float u = x[j] * inv;
+    codes[j] = uint8_t(nearest_level(mids.data(), int(mids.size()), u));
+    r[j] = u - levels[codes[j]];
+    rr += double(r[j]) * r[j];
+  }
+  return {f32_to_f16(std::min(norm, 65504.0f)), f32_to_f16(float(std::sqrt(rr)))};
+}
+
 // One token of an already rotated vector: norm, residual norm, MSE codes, residual signs.
 class ProdRows {
  public:
@@ -77,23 +98,11 @@ class ProdRows {
   const qjl::GaussianSketch& sketch() const { return sketch_; }
 
   void encode(const float* x, uint8_t* row) const {
-    // The MSE stage exactly as turbo_mse.cpp codes it, so its codes are TurboQuant-MSE's at B-1 bits.
-    double ss = 0;
-    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
-    const float norm = float(std::sqrt(ss));
-    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
     uint8_t codes[4096];
     std::vector<float> r(static_cast<size_t>(d_)), p(static_cast<size_t>(m_));
-    double rr = 0;
-    for (int j = 0; j < d_; ++j) {
-      const float u = x[j] * inv;
-      codes[j] = uint8_t(nearest_level(mids_.data(), int(mids_.size()), u));
-      r[size_t(j)] = u - levels_[codes[j]];
-      rr += double(r[size_t(j)]) * r[size_t(j)];
-    }
-    const uint16_t hn = f32_to_f16(std::min(norm, 65504.0f)), hr = f32_to_f16(float(std::sqrt(rr)));
-    std::memcpy(row, &hn, 2);
-    std::memcpy(row + 2, &hr, 2);
+    const MseStage st = code_mse_stage(x, d_, levels_, mids_, codes, r.data());
+    std::memcpy(row, &st.norm, 2);
+    std::memcpy(row + 2, &st.residual_norm, 2);
     pack_planes(codes, d_, mse_bits_, row + 4);
     sketch_.project(r.data(), m_, p.data());
     qjl::pack_signs(p.data(), m_, row + signs_offset());
@@ -216,26 +225,14 @@ class ProdLanes {
   size_t block_bytes() const { return mse_.bytes() + signs_.bytes(); }
   size_t param_bytes() const { return (levels_.size() + mids_.size()) * sizeof(float) + sketch_.bytes(); }
 
-  // The MSE stage exactly as ProdRows (and turbo_mse.cpp) codes it.
   void encode_token(const float* x, int slot, uint8_t* block) const {
-    double ss = 0;
-    for (int j = 0; j < d_; ++j) ss += double(x[j]) * x[j];
-    const float norm = float(std::sqrt(ss));
-    const float inv = norm > 0.0f ? 1.0f / norm : 0.0f;
     uint8_t codes[4096], bits[4096];
     std::vector<float> r(static_cast<size_t>(d_)), p(static_cast<size_t>(m_));
-    double rr = 0;
-    for (int j = 0; j < d_; ++j) {
-      const float u = x[j] * inv;
-      codes[j] = uint8_t(nearest_level(mids_.data(), int(mids_.size()), u));
-      r[size_t(j)] = u - levels_[codes[j]];
-      rr += double(r[size_t(j)]) * r[size_t(j)];
-    }
-    const uint16_t hn = f32_to_f16(std::min(norm, 65504.0f));
-    const float coef = f16_to_f32(hn) * f16_to_f32(f32_to_f16(float(std::sqrt(rr))));
+    const MseStage st = code_mse_stage(x, d_, levels_, mids_, codes, r.data());
+    const float coef = f16_to_f32(st.norm) * f16_to_f32(st.residual_norm);
     sketch_.project(r.data(), m_, p.data());
     for (int i = 0; i < m_; ++i) bits[i] = p[size_t(i)] > 0.0f ? 1 : 0;  // as qjl::pack_signs
-    mse_.put(codes, hn, slot, block);
+    mse_.put(codes, st.norm, slot, block);
     signs_.put(bits, f32_to_f16(std::min(coef, 65504.0f)), slot, block + mse_.bytes());
   }
   // The 16 tokens' ||x|| u_hat + ||x|| ||r|| sqrt(pi/2)/m S^T sign(S r).
@@ -335,31 +332,23 @@ class ProdMethod final : public RotatedMethod {
     VQ_CHECK(m_ % 8 == 0, fmt::format("turbo-prod: m must be a multiple of 8 (whole bytes of signs), got {}", m_));
   }
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
-    const int m = rows(ctx.head_dim);
-    const uint64_t seed = qjl::sketch_seed(rotation_seed(ctx.layer, 0));
-    std::unique_ptr<KeyCodec> c;
-    if (ProdLanes::apply(ctx.head_dim, bits_, m)) {
-      c = std::make_unique<ProdLaneKeyCodec>(ctx.head_dim, bits_, m, seed);
-    } else {
-      c = std::make_unique<ProdKeyCodec>(ctx.head_dim, bits_, m, seed);
-    }
-    return rotate_keys(std::move(c), rotation_seed(ctx.layer, 0));
+    return rotate_keys(codec<KeyCodec, ProdLaneKeyCodec, ProdKeyCodec>(ctx, 0), rotation_seed(ctx.layer, 0));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
-    const int m = rows(ctx.head_dim);
-    const uint64_t seed = qjl::sketch_seed(rotation_seed(ctx.layer, 1));
-    std::unique_ptr<ValueCodec> c;
-    if (ProdLanes::apply(ctx.head_dim, bits_, m)) {
-      c = std::make_unique<ProdLaneValueCodec>(ctx.head_dim, bits_, m, seed);
-    } else {
-      c = std::make_unique<ProdValueCodec>(ctx.head_dim, bits_, m, seed);
-    }
-    return rotate_values(std::move(c), rotation_seed(ctx.layer, 1));
+    return rotate_values(codec<ValueCodec, ProdLaneValueCodec, ProdValueCodec>(ctx, 1), rotation_seed(ctx.layer, 1));
   }
   double key_bits(int d) const override { return bits(d); }
   double value_bits(int d) const override { return bits(d); }
 
  private:
+  // The side's codec before its rotation: the lane layout where it applies, rows otherwise.
+  template <typename Base, typename Lanes, typename Rows>
+  std::unique_ptr<Base> codec(const CodecContext& ctx, int side) const {
+    const int m = rows(ctx.head_dim);
+    const uint64_t seed = qjl::sketch_seed(rotation_seed(ctx.layer, side));
+    if (ProdLanes::apply(ctx.head_dim, bits_, m)) return std::make_unique<Lanes>(ctx.head_dim, bits_, m, seed);
+    return std::make_unique<Rows>(ctx.head_dim, bits_, m, seed);
+  }
   int sketch_rows(int d) const { return m_ > 0 ? m_ : d; }
   double bits(int d) const { return 8.0 * double(prod_row_bytes(d, bits_, sketch_rows(d))) / d; }
   // Checks the head dimension and returns the sketch's rows.

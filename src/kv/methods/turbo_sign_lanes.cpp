@@ -87,26 +87,11 @@ HWY_INLINE void AccumulateChannels(const uint8_t* HWY_RESTRICT run, size_t bb, i
   }
 }
 
-// W[r][t] = w_r(token) * scale(token) for a block that [i0, i1) covers in part, zero outside.
-template <int kRows>
-HWY_NOINLINE void StagePartialBlock(const float* w, size_t w_stride, const uint8_t* blk, int64_t first, int64_t i0,
-                                    int64_t i1, float* W) {
-  for (int t = 0; t < kSub; ++t) {
-    const int64_t i = first + t;
-    uint16_t hbits;
-    std::memcpy(&hbits, blk + 2 * t, 2);
-    const float s = f16_to_f32(hbits);
-    for (int r = 0; r < kRows; ++r) W[r * kSub + t] = i >= i0 && i < i1 ? w[size_t(r) * w_stride + size_t(i - i0)] * s : 0.0f;
-  }
-}
-
 template <int kRows>
 void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
                     const float* patterns, float* acc, size_t acc_stride) {
   alignas(64) float T[kBatch * kNibbles * kRows * kTable];
   alignas(64) float W[kRows * kSub];
-  const DF df;
-  const hn::Rebind<hwy::float16_t, DF> dh;
   const int n_cv = d / kLanes;
   const int64_t end_block = (i1 + kSub - 1) / kSub;
   for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
@@ -116,18 +101,7 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
     if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(run_bytes, 4 * bb));  // nobody asked for the first
     for (int bi = 0; bi < nb; ++bi) {
       // W[r][t] = w_r(token) * scale(token), zero outside [i0, i1)
-      const int64_t first = (b0 + bi) * kSub;
-      const uint8_t* blk = run + size_t(bi) * bb;
-      if (first >= i0 && first + kSub <= i1) {
-        for (int p = 0; p < kSub; p += kLanes) {
-          const VF s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(blk) + p));
-          for (int r = 0; r < kRows; ++r) {
-            hn::Store(hn::Mul(hn::LoadU(df, w + size_t(r) * w_stride + size_t(first - i0) + p), s), df, W + r * kSub + p);
-          }
-        }
-      } else {
-        StagePartialBlock<kRows>(w, w_stride, blk, first, i0, i1, W);
-      }
+      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1, W);
       for (int n = 0; n < kNibbles; ++n) {
         for (int r = 0; r < kRows; ++r) {
           BuildTable(W + r * kSub + 4 * n, patterns, T + ((size_t(bi) * kNibbles + n) * kRows + r) * kTable);
