@@ -56,6 +56,10 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   const int n_row_blocks = (rows_total + kRowBlock - 1) / kRowBlock;
   // Per-head codecs (when the method has them) share their shapes: S and A are those of head 0.
   const size_t S = key_codec(0).query_state_floats(), A = value_codec(0).accum_floats();
+  // Items finalize their own codec accumulators when the codec asks (see ValueCodec::
+  // finalize_before_merge): the merge then moves head_dim floats per row instead of A.
+  const bool early = value_codec(0).finalize_before_merge();
+  const size_t A_merged = early ? 0 : A;
   const int64_t window = config_.sliding_window;
 
   // Visible range of each query token.
@@ -111,6 +115,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time).
     std::unique_ptr<float[]> sc(new float[size_t(rows) * size_t(T)]);
     std::vector<float> rescale(static_cast<size_t>(rows));
+    std::vector<char> fresh(static_cast<size_t>(rows));
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;
     const HeadView& view = views[size_t(h)];
@@ -148,11 +153,13 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
             if (a + t < lo[qi] || a + t > hi[qi]) row[t] = kNegInf;
           }
         }
+        // A row that has seen nothing yet has nothing to rescale (its accumulators are zero).
+        for (int r = r0; r < r1; ++r) fresh[size_t(r)] = P.m[size_t(r)] == kNegInf;
         online_softmax_tile(s0, size_t(T), nr, n, P.m.data() + r0, P.l.data() + r0,
                             rescale.data() + r0);
         for (int r = r0; r < r1; ++r) {
           const float f = rescale[size_t(r)];
-          if (f == 1.0f) continue;
+          if (f == 1.0f || fresh[size_t(r)]) continue;
           for (size_t j = 0; j < A; ++j) P.acc_codec[size_t(r) * A + j] *= f;
           for (int j = 0; j < d; ++j) P.acc_half[size_t(r) * d + j] *= f;
         }
@@ -174,6 +181,12 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         }
       }
     }
+    if (early) {
+      std::vector<float> fin(size_t(rows) * d);
+      vc.finalize(P.acc_codec.data(), rows, fin.data());
+      for (size_t j = 0; j < fin.size(); ++j) P.acc_half[j] += fin[j];
+      std::vector<float>().swap(P.acc_codec);
+    }
   });
 
   // Merge chunks in order, map the codec accumulator back, normalize.
@@ -183,7 +196,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int rows = r_end - r_begin;
     const size_t base = size_t(job) * size_t(n_chunks);
     Partial total;
-    total.init(rows, A, d);
+    total.init(rows, A_merged, d);
     for (int64_t c = 0; c < n_chunks; ++c) {
       const Partial& P = partials[base + size_t(c)];
       for (int r = 0; r < rows; ++r) {
@@ -192,7 +205,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         const float ft = total.m[r] == kNegInf ? 0.0f : std::exp(total.m[r] - m_new);
         const float fp = std::exp(P.m[r] - m_new);
         total.l[r] = total.l[r] * ft + P.l[r] * fp;
-        for (size_t j = 0; j < A; ++j) {
+        for (size_t j = 0; j < A_merged; ++j) {
           float& t = total.acc_codec[size_t(r) * A + j];
           t = t * ft + P.acc_codec[size_t(r) * A + j] * fp;
         }
@@ -203,8 +216,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         total.m[r] = m_new;
       }
     }
-    std::vector<float> fin(size_t(rows) * d);
-    value_codec(h).finalize(total.acc_codec.data(), rows, fin.data());
+    std::vector<float> fin(size_t(rows) * d);  // zero when the items finalized their own
+    if (!early) value_codec(h).finalize(total.acc_codec.data(), rows, fin.data());
     for (int r = 0; r < rows; ++r) {
       const int qi = (r_begin + r) / G, g = (r_begin + r) % G;
       float* dst = out + (size_t(qi) * n_q_heads + size_t(h) * G + g) * d;

@@ -202,6 +202,48 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
   }
 }
 
+// See lut_centroid_fold in vq_kernels.h: columns [j0, j0 + kCols) of one sub-vector of `sub`
+// coordinates, for up to four rows. Each lane computes its column's sums in the stated order, so
+// the lane count does not change the bits.
+template <int kCols>
+void FoldColumns(const float* HWY_RESTRICT acc, size_t acc_stride, int nr, const float* HWY_RESTRICT cb, int sub,
+                 float* HWY_RESTRICT out, size_t out_stride) {
+  constexpr int kRows = 4;
+  const hn::CappedTag<float, kCols> dc;
+  const int L = int(hn::Lanes(dc));
+  const float* a[kRows];
+  for (int r = 0; r < kRows; ++r) a[r] = acc + size_t(std::min(r, nr - 1)) * acc_stride;  // missing rows: repeat the last
+  for (int j0 = 0; j0 < kCols; j0 += L) {
+    hn::Vec<decltype(dc)> even[kRows], odd[kRows];
+    for (int r = 0; r < kRows; ++r) even[r] = odd[r] = hn::Zero(dc);
+    for (int c = 0; c < kLutCentroids; c += 2) {
+      const auto c0 = hn::LoadU(dc, cb + size_t(c) * sub + j0), c1 = hn::LoadU(dc, cb + size_t(c + 1) * sub + j0);
+      for (int r = 0; r < kRows; ++r) {
+        even[r] = hn::Add(even[r], hn::Mul(hn::Set(dc, a[r][c]), c0));
+        odd[r] = hn::Add(odd[r], hn::Mul(hn::Set(dc, a[r][c + 1]), c1));
+      }
+    }
+    for (int r = 0; r < nr; ++r) hn::StoreU(hn::Add(even[r], odd[r]), dc, out + size_t(r) * out_stride + j0);
+  }
+}
+
+void LutCentroidFold(const float* HWY_RESTRICT acc, size_t acc_stride, int n_q, int n_sub, int sub,
+                     const float* HWY_RESTRICT codebook, float* HWY_RESTRICT out, size_t out_stride) {
+  for (int r0 = 0; r0 < n_q; r0 += 4) {
+    const int nr = std::min(4, n_q - r0);
+    for (int s = 0; s < n_sub; ++s) {
+      const float* as = acc + size_t(r0) * acc_stride + size_t(s) * kLutCentroids;
+      const float* cb = codebook + size_t(s) * kLutCentroids * size_t(sub);
+      float* os = out + size_t(r0) * out_stride + size_t(s) * size_t(sub);
+      int j = 0;
+      for (; j + 16 <= sub; j += 16) FoldColumns<16>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
+      for (; j + 8 <= sub; j += 8) FoldColumns<8>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
+      for (; j + 4 <= sub; j += 4) FoldColumns<4>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
+      for (; j < sub; ++j) FoldColumns<1>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
+    }
+  }
+}
+
 // See lut_u8_scores in vq_kernels.h.
 void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub, const uint8_t* HWY_RESTRICT blocks,
                  size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
@@ -218,14 +260,17 @@ void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub
 #if HWY_TARGET == HWY_AVX3_DL
       // 64 tokens per vector: a sub-vector's 256-byte table is four registers; vpermi2b looks up
       // entries 0-127 and 128-255 by the low 7 bits of each index byte, and the index's top bit
-      // picks between them. Byte sums widen to 16 bits (at most 256 sub-vectors of 255 each fit),
-      // and to 32 bits once per batch of 256 sub-vectors.
+      // picks between them. The looked-up bytes are summed as 16-bit lanes without widening
+      // (FAISS's fast-scan trick): `all` adds the vector as 16-bit words (even token + 256 * odd
+      // token, wrapping) and `odd` adds it shifted right by 8, so even = all - 256 * odd exactly
+      // while the even sum stays below 2^16 (at most 256 sub-vectors of 255 each). Batches of 256
+      // sub-vectors add in 32 bits.
       const __mmask64 m = n == B ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
       __m512i sum[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                         _mm512_setzero_si512()};
       for (int s0 = 0; s0 < n_sub; s0 += 256) {
         const int s1 = std::min(n_sub, s0 + 256);
-        __m512i lo16 = _mm512_setzero_si512(), hi16 = _mm512_setzero_si512();
+        __m512i all = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
         for (int s = s0; s < s1; ++s) {
           // The first row pulls the run's indices from memory: ask for the block after next.
           if (r == 0) _mm_prefetch(reinterpret_cast<const char*>(idx + 2 * bb + size_t(s) * B), _MM_HINT_T0);
@@ -234,13 +279,19 @@ void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub
           const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(t), x, _mm512_loadu_si512(t + 64));
           const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 128), x, _mm512_loadu_si512(t + 192));
           const __m512i v = _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), low, high);
-          lo16 = _mm512_add_epi16(lo16, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)));
-          hi16 = _mm512_add_epi16(hi16, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)));
+          all = _mm512_add_epi16(all, v);
+          odd = _mm512_add_epi16(odd, _mm512_srli_epi16(v, 8));
         }
-        sum[0] = _mm512_add_epi32(sum[0], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(lo16)));
-        sum[1] = _mm512_add_epi32(sum[1], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(lo16, 1)));
-        sum[2] = _mm512_add_epi32(sum[2], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi16)));
-        sum[3] = _mm512_add_epi32(sum[3], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi16, 1)));
+        const __m512i even = _mm512_sub_epi16(all, _mm512_slli_epi16(odd, 8));
+        // Within each 128-bit lane, unpack gives tokens 16k..16k+7 (lo) and 16k+8..16k+15 (hi);
+        // the qword permutes put them in token order, [lo_k hi_k] for lanes k = 0, 1 and 2, 3.
+        const __m512i lo = _mm512_unpacklo_epi16(even, odd), hi = _mm512_unpackhi_epi16(even, odd);
+        const __m512i t01 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+        const __m512i t23 = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+        sum[0] = _mm512_add_epi32(sum[0], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(t01)));
+        sum[1] = _mm512_add_epi32(sum[1], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(t01, 1)));
+        sum[2] = _mm512_add_epi32(sum[2], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(t23)));
+        sum[3] = _mm512_add_epi32(sum[3], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(t23, 1)));
       }
       const __m512 vb = _mm512_set1_ps(bias), vs = _mm512_set1_ps(step);
       float* oa = o + (a - i0);
@@ -282,6 +333,11 @@ HWY_EXPORT(LutU8Prepare);
 void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state) {
   std::vector<float> table(size_t(n_sub) * kLutCentroids), lo(static_cast<size_t>(n_sub));
   HWY_DYNAMIC_DISPATCH(LutU8Prepare)(centroids_t, n_sub, sub, y, table.data(), lo.data(), state);
+}
+HWY_EXPORT(LutCentroidFold);
+void lut_centroid_fold(const float* acc, size_t acc_stride, int n_q, int n_sub, int sub, const float* codebook,
+                       float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(LutCentroidFold)(acc, acc_stride, n_q, n_sub, sub, codebook, out, out_stride);
 }
 HWY_EXPORT(LutCentroidWeights);
 void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,

@@ -46,6 +46,13 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
 constexpr int kLutWeightRun = 4096;
 void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,
                           size_t block_bytes, int64_t i0, int64_t i1, float* acc, size_t acc_stride);
+// The values a row's centroid weights stand for: out[r * out_stride + s * sub + j] = sum over c of
+// acc[r * acc_stride + s * 256 + c] * codebook[(s * 256 + c) * sub + j], for sub = 4, 8 or 16.
+// Each sum runs as two partial sums, even and odd c, each in c order, then even + odd, with
+// multiplies and adds kept apart: the same bits on every target. Four rows at a time share
+// each centroid's load.
+void lut_centroid_fold(const float* acc, size_t acc_stride, int n_q, int n_sub, int sub, const float* codebook,
+                       float* out, size_t out_stride);
 // out[r * out_stride + (i - i0)] = the score of token i in [i0, i1) of a run of blocks of
 // `block_bytes` bytes (the indices at the start of each block), for the n_q rows whose states
 // lie state_floats apart. The AVX-512 VBMI target looks the bytes up with vpermi2b, 64 tokens

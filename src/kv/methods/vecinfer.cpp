@@ -18,7 +18,8 @@
 // n_sub table bytes (lut_u8_scores: vpermi2b lookups of 64 tokens on AVX-512 VBMI). Values
 // accumulate each token's attention weight on its centroids (an accumulator of n_sub * 2^vbits
 // floats per query row, filled four rows at a time by lut_centroid_weights, which asks for runs of
-// kLutWeightRun tokens) and multiply the codebook once per step; the rotation is undone once.
+// kLutWeightRun tokens) and multiply the codebook once per attention work item
+// (lut_centroid_fold; a chunk of 4096 positions in decode); the rotation is undone there too.
 //
 // Deviations, stated: the smoothing rule (square root of the channel's maximum magnitude) and the
 // rotation seed shared by all layers (calibration sees a layer's samples without its index) are
@@ -267,41 +268,12 @@ class VecInferValueCodec final : public ValueCodec {
     lut_centroid_weights(w, w_stride, n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, acc, accum_floats());
   }
   int64_t preferred_run_tokens() const override { return kLutWeightRun; }
+  bool finalize_before_merge() const override { return true; }
   void finalize(const float* acc, int n_q, float* out) const override {
-    const size_t af = accum_floats();
-    for (int r = 0; r < n_q; ++r) {
-      float* o = out + size_t(r) * d_;
-      std::fill_n(o, d_, 0.0f);
-      for (int s = 0; s < book_.n_sub(); ++s) {
-        const float* as = acc + size_t(r) * af + size_t(s) * kCentroids;
-        float* os = o + s * book_.sub();
-        switch (book_.sub()) {  // a fixed width lets the compiler keep os in one vector register
-          case 4: add_weighted<4>(as, s, os); break;
-          case 8: add_weighted<8>(as, s, os); break;
-          case 16: add_weighted<16>(as, s, os); break;
-          default:
-            for (int c = 0; c < kCentroids; ++c) {
-              const float* cv = book_.at(s, c);
-              for (int j = 0; j < book_.sub(); ++j) os[j] += as[c] * cv[j];
-            }
-        }
-      }
-    }
+    lut_centroid_fold(acc, accum_floats(), n_q, book_.n_sub(), book_.sub(), book_.at(0, 0), out, size_t(d_));
   }
 
  private:
-  // os[j] += sum over c of as[c] * centroid c of sub-vector s, c = 0, 1, ... (the generic loop's order).
-  template <int kSub>
-  void add_weighted(const float* as, int s, float* os) const {
-    float o[kSub];
-    std::copy_n(os, kSub, o);
-    for (int c = 0; c < kCentroids; ++c) {
-      const float* cv = book_.at(s, c);
-      for (int j = 0; j < kSub; ++j) o[j] += as[c] * cv[j];
-    }
-    std::copy_n(o, kSub, os);
-  }
-
   int d_;
   Codebook book_;
 };

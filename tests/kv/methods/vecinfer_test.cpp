@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/core/threads.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/rope_table.h"
 #include "src/kv/vq_kernels.h"
@@ -110,6 +111,80 @@ TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
     }
   });
   EXPECT_GE(tried, 2);
+}
+
+// Finalize folds a row's centroid weights through the codebook: each output is the even-c and the
+// odd-c partial sums, each in c order, added last (checked to the bit against that loop in
+// scalar code), within float rounding of a double sum, the same bits on every target; sub-vector
+// widths that take 16-, 8-, 4- and 1-lane columns, and row counts around the kernel's four.
+TEST(Method_vecinfer, CentroidFoldIdenticalOnEveryTarget) {
+  Rng rng(9);
+  for (int sub : {3, 4, 8, 12, 16, 32}) {
+    const int n_sub = 2, d = n_sub * sub;
+    std::vector<float> book(size_t(n_sub) * kLutCentroids * sub);
+    for (float& x : book) x = float(rng.normal());
+    for (int n_q : {1, 4, 5}) {
+      const size_t acc_stride = size_t(n_sub) * kLutCentroids + 3;
+      std::vector<float> acc(size_t(n_q) * acc_stride);
+      for (float& x : acc) x = float(rng.normal());
+      std::vector<float> expect(size_t(n_q) * d);
+      for (int r = 0; r < n_q; ++r) {
+        for (int s = 0; s < n_sub; ++s) {
+          for (int j = 0; j < sub; ++j) {
+            float even = 0, odd = 0;
+            double exact = 0, mag = 0;
+            for (int c = 0; c < kLutCentroids; ++c) {
+              const float a = acc[size_t(r) * acc_stride + size_t(s) * kLutCentroids + c];
+              const float b = book[(size_t(s) * kLutCentroids + c) * sub + j];
+              (c % 2 ? odd : even) += a * b;
+              exact += double(a) * b;
+              mag += std::fabs(double(a) * b);
+            }
+            expect[size_t(r) * d + s * sub + j] = even + odd;
+            EXPECT_NEAR(even + odd, exact, 1e-5 * mag);
+          }
+        }
+      }
+      const int tried = for_each_supported_target([&] {
+        std::vector<float> out(size_t(n_q) * d, -1.0f);
+        lut_centroid_fold(acc.data(), acc_stride, n_q, n_sub, sub, book.data(), out.data(), size_t(d));
+        EXPECT_EQ(std::memcmp(out.data(), expect.data(), out.size() * 4), 0) << "sub " << sub << ", " << n_q << " rows";
+      });
+      EXPECT_GE(tried, 2);
+    }
+  }
+}
+
+// Attention over three position chunks of a decode step, where each work item folds its own
+// centroid weights through the codebook before the chunks merge (finalize_before_merge): the
+// fused output stays near the reference (decoded keys and values, softmax in double), and is the
+// same at one and two threads. A small score scale keeps the byte tables' score rounding from
+// moving the weights (at scale 0.3 it alone gave errors up to 4.5e-2, with or without the early
+// fold); a chunk lost or counted twice would move the output by about its own size.
+TEST(Method_vecinfer, ChunkedDecodeFinalizesEachItem) {
+  const int d = 128, T = 9000, q_heads = 4;
+  const Calibrated c = calibrated("vecinfer:residual=16", d);
+  LayerCache cache(c.method, LayerConfig(1, d, 0, 0, neox()));
+  ASSERT_TRUE(cache.value_codec(0).finalize_before_merge());
+  const auto k = make_data(Data::kOutliers, T, d, 50), v = make_data(Data::kGaussian, T, d, 51);
+  cache.append(k.data(), v.data(), T);
+  const auto q = make_data(Data::kGaussian, q_heads, d, 52);
+  const int64_t pos = T - 1;
+  std::vector<float> one(q.size()), two(q.size()), ref(q.size());
+  set_num_threads(1);
+  cache.attend(q.data(), 1, q_heads, &pos, 0.02f, one.data());
+  set_num_threads(2);
+  cache.attend(q.data(), 1, q_heads, &pos, 0.02f, two.data());
+  cache.attend_reference(q.data(), 1, q_heads, &pos, 0.02f, ref.data());
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0);
+  for (int h = 0; h < q_heads; ++h) {
+    double num = 0, den = 0;
+    for (int j = 0; j < d; ++j) {
+      num += std::pow(double(one[size_t(h) * d + j]) - ref[size_t(h) * d + j], 2);
+      den += std::pow(double(ref[size_t(h) * d + j]), 2);
+    }
+    EXPECT_LT(std::sqrt(num / den), 2e-3) << "query head " << h;  // measured 2.7e-4 to 5.2e-4
+  }
 }
 
 TEST(Method_vecinfer, BitsPerElementAndRefusals) {
