@@ -115,7 +115,6 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time).
     std::unique_ptr<float[]> sc(new float[size_t(rows) * size_t(T)]);
     std::vector<float> rescale(static_cast<size_t>(rows));
-    std::vector<char> fresh(static_cast<size_t>(rows));
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;
     const HeadView& view = views[size_t(h)];
@@ -153,13 +152,11 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
             if (a + t < lo[qi] || a + t > hi[qi]) row[t] = kNegInf;
           }
         }
-        // A row that has seen nothing yet has nothing to rescale (its accumulators are zero).
-        for (int r = r0; r < r1; ++r) fresh[size_t(r)] = P.m[size_t(r)] == kNegInf;
         online_softmax_tile(s0, size_t(T), nr, n, P.m.data() + r0, P.l.data() + r0,
                             rescale.data() + r0);
         for (int r = r0; r < r1; ++r) {
           const float f = rescale[size_t(r)];
-          if (f == 1.0f || fresh[size_t(r)]) continue;
+          if (f == 1.0f) continue;
           for (size_t j = 0; j < A; ++j) P.acc_codec[size_t(r) * A + j] *= f;
           for (int j = 0; j < d; ++j) P.acc_half[size_t(r) * d + j] *= f;
         }

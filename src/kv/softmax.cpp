@@ -60,7 +60,7 @@ void OnlineSoftmaxTile(float* HWY_RESTRICT s, size_t stride, int rows, int64_t n
       rescale[r] = 1.0f;
       continue;
     }
-    const float c = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+    const float c = m[r] == kNegInf ? 1.0f : std::exp(m[r] - m_new);  // no state yet: l and the accumulators are 0
     const auto vm = hn::Set(df, m_new);
     auto vsum = hn::Zero(df);
     for (t = 0; t + N <= n; t += N) {
