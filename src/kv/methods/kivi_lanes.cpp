@@ -205,6 +205,8 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
   }
 }
 
+constexpr int kCodesAhead = 2;  // sub-blocks of codes fetched ahead of the one scored
+
 // Scores of run tokens [i0, i1) for kRows query rows (q: rows of stride qs floats).
 template <int kBits, int kRows>
 void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int R, int G, int64_t i0,
@@ -226,9 +228,12 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
     for (int64_t u = (i - b * R) / kSub; b * R + u * kSub < g_end; ++u) {
       const int64_t first = b * R + u * kSub;
       const uint32_t* words = reinterpret_cast<const uint32_t*>(block + params + size_t(u) * sub);
-      // Two sub-blocks ahead (past the block's end this reaches into the next block, or is a
-      // prefetch of memory never read: harmless).
-      PrefetchBytes(reinterpret_cast<const uint8_t*>(words) + 2 * sub, sub);
+      // The codes kCodesAhead sub-blocks ahead; past the block's end, those of the next block,
+      // behind its scales and zeros (a block past the run's end is memory never read: harmless).
+      const int64_t ahead = u + kCodesAhead;
+      PrefetchBytes(ahead < R / kSub ? block + params + size_t(ahead) * sub
+                                     : block + bb + params + size_t(ahead - R / kSub) * sub,
+                    sub);
       if (first >= i && first + kSub <= g_end) {
         ScoreSub<kBits, kRows>(qi, unit, bias, words, d, out + (first - i0), out_stride);
       } else {
