@@ -19,15 +19,17 @@ int num_threads();
 // microcode assist each, two orders of magnitude slower than a normal FMA.
 void flush_denormals();
 
-// Calls fn(i) for i in [0, n), spread over the threads; each i runs exactly once.
+// Calls fn(i) for i in [0, n), spread over the threads; each i runs exactly once. chunk: items
+// handed out at a time; 0 picks it from n (several items per step keep the scheduling cost
+// small when items are many and short; callers whose items are few and long pass 1, so that the
+// threads finish close together).
 template <typename Fn>
-void parallel_for(int64_t n, Fn&& fn) {
+void parallel_for(int64_t n, Fn&& fn, int64_t chunk = 0) {
 #pragma omp parallel
   {
     flush_denormals();
-    // Chunks of several items keep the scheduling cost small when items are many and short.
-    const int64_t chunk = std::max<int64_t>(1, n / (16 * int64_t(omp_get_num_threads())));
-#pragma omp for schedule(dynamic, chunk)
+    const int64_t step = chunk > 0 ? chunk : std::max<int64_t>(1, n / (16 * int64_t(omp_get_num_threads())));
+#pragma omp for schedule(dynamic, step)
     for (int64_t i = 0; i < n; ++i) fn(i);
   }
 }

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <vector>
 
 #include "src/core/threads.h"
@@ -72,16 +71,16 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     pos_max = std::max(pos_max, hi[i]);
   }
 
+  // Once per step: each head's segments, scaled queries (for fp16 parts) and the codec's
+  // prepared query states.
   std::vector<HeadView> views(static_cast<size_t>(H));
-  for (int h = 0; h < H; ++h) {
-    keys_[h]->segments(&views[h].keys);
-    values_[h]->segments(&views[h].values);
-  }
-
-  // Once per step: scaled queries (for fp16 parts) and the codec's prepared query states.
   std::vector<float> qs(size_t(H) * rows_total * d), states(size_t(H) * rows_total * S);
   parallel_for(int64_t(H) * n_row_blocks, [&](int64_t job) {
     const int h = int(job / n_row_blocks), rb = int(job % n_row_blocks);
+    if (rb == 0) {
+      keys_[h]->segments(&views[h].keys);
+      values_[h]->segments(&views[h].values);
+    }
     const int r_end = std::min(rows_total, (rb + 1) * kRowBlock);
     for (int r = rb * kRowBlock; r < r_end; ++r) {
       const int qi = r / G, g = r % G;
@@ -100,6 +99,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   const int64_t n_items = int64_t(H) * n_row_blocks * n_chunks;
   std::vector<Partial> partials(static_cast<size_t>(n_items));
 
+  // Items are few and long (a decode step has KV heads x chunks of 4096 positions): one at a time.
   parallel_for(n_items, [&](int64_t item) {
     const int64_t c = item % n_chunks;
     const int rb = int((item / n_chunks) % n_row_blocks);
@@ -107,14 +107,27 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int r_begin = rb * kRowBlock, r_end = std::min(rows_total, r_begin + kRowBlock);
     const int rows = r_end - r_begin;
     Partial& P = partials[size_t(item)];
-    P.init(rows, A, d);
+    P.init(rows, early ? 0 : A, d);
     const int64_t c_begin = (first_chunk + c) * chunk_len;
     const int64_t c_end = std::min(c_begin + chunk_len, pos_max + 1);
     const int64_t T = rows <= 16 ? std::max<int64_t>(256, value_codec(h).preferred_run_tokens()) : 64;
-    // Scores are written before they are read; left uninitialized (this tile is 64 KB for a
-    // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time).
-    std::unique_ptr<float[]> sc(new float[size_t(rows) * size_t(T)]);
-    std::vector<float> rescale(static_cast<size_t>(rows));
+    // The thread's scratch, kept across items and steps (a decode step would otherwise allocate
+    // and free each item's tiles, and big ones are mapped and faulted in afresh every time).
+    // Scores are written before they are read and stay uninitialized (this tile is 64 KB for a
+    // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time);
+    // an early-finalizing codec's accumulator lives here too, zeroed per item. A thread keeps
+    // the largest item's tiles it has met (4 MB for VecInfer's 256-row prefill items).
+    thread_local std::vector<float> scratch_scores, scratch_rescale, scratch_acc;
+    if (scratch_scores.size() < size_t(rows) * size_t(T)) scratch_scores.resize(size_t(rows) * size_t(T));
+    if (scratch_rescale.size() < size_t(rows)) scratch_rescale.resize(size_t(rows));
+    float* const sc = scratch_scores.data();
+    float* const rescale = scratch_rescale.data();
+    float* acc = P.acc_codec.data();
+    if (early) {
+      if (scratch_acc.size() < size_t(rows) * A) scratch_acc.resize(size_t(rows) * A);
+      acc = scratch_acc.data();
+      std::fill_n(acc, size_t(rows) * A, 0.0f);
+    }
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;
     const HeadView& view = views[size_t(h)];
@@ -136,7 +149,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         }
         if (r0 >= r1) continue;
         const int nr = r1 - r0;
-        float* s0 = sc.get() + size_t(r0) * T;
+        float* s0 = sc + size_t(r0) * T;
         if (ks.compressed) {
           kc.scores(st + size_t(r0) * S, nr, ks.blocks, ks.run_pos0, a - ks.run_pos0,
                     b - ks.run_pos0, s0, size_t(T));
@@ -147,17 +160,16 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         for (int r = r0; r < r1; ++r) {
           const int qi = (r_begin + r) / G;
           if (lo[qi] <= a && hi[qi] >= b - 1) continue;
-          float* row = sc.get() + size_t(r) * T;
+          float* row = sc + size_t(r) * T;
           for (int64_t t = 0; t < n; ++t) {
             if (a + t < lo[qi] || a + t > hi[qi]) row[t] = kNegInf;
           }
         }
-        online_softmax_tile(s0, size_t(T), nr, n, P.m.data() + r0, P.l.data() + r0,
-                            rescale.data() + r0);
+        online_softmax_tile(s0, size_t(T), nr, n, P.m.data() + r0, P.l.data() + r0, rescale + r0);
         for (int r = r0; r < r1; ++r) {
           const float f = rescale[size_t(r)];
           if (f == 1.0f) continue;
-          for (size_t j = 0; j < A; ++j) P.acc_codec[size_t(r) * A + j] *= f;
+          for (size_t j = 0; j < A; ++j) acc[size_t(r) * A + j] *= f;
           for (int j = 0; j < d; ++j) P.acc_half[size_t(r) * d + j] *= f;
         }
         // Values of [a, b), from whichever value segments cover it.
@@ -169,7 +181,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
           const float* w = s0 + (x - a);
           if (vs.compressed) {
             vc.accumulate(w, size_t(T), nr, vs.blocks, vs.run_pos0, x - vs.run_pos0,
-                          y - vs.run_pos0, P.acc_codec.data() + size_t(r0) * A);
+                          y - vs.run_pos0, acc + size_t(r0) * A);
           } else {
             half_accumulate(HalfKind::kF16, w, size_t(T), nr,
                             vs.half + size_t(x - vs.pos_begin) * d, size_t(d), y - x, d,
@@ -180,11 +192,10 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     }
     if (early) {
       std::vector<float> fin(size_t(rows) * d);
-      vc.finalize(P.acc_codec.data(), rows, fin.data());
+      vc.finalize(acc, rows, fin.data());
       for (size_t j = 0; j < fin.size(); ++j) P.acc_half[j] += fin[j];
-      std::vector<float>().swap(P.acc_codec);
     }
-  });
+  }, 1);
 
   // Merge chunks in order, map the codec accumulator back, normalize.
   parallel_for(int64_t(H) * n_row_blocks, [&](int64_t job) {

@@ -85,6 +85,7 @@ size_t TokenStream::page_bytes() const {
 
 void TokenStream::segments(std::vector<Segment>* out) const {
   out->clear();
+  out->reserve(pages_.size() + 3);  // sinks, pages, the window's two runs
   if (n_sink_ > 0) {
     Segment s;
     s.pos_begin = 0;
