@@ -41,6 +41,12 @@ struct HeadView {
   std::vector<Segment> keys, values;
 };
 
+// At least n floats of a per-thread scratch buffer (grown, never shrunk; contents unspecified).
+float* scratch(std::vector<float>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 }  // namespace
 
 void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale,
@@ -117,15 +123,12 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time);
     // an early-finalizing codec's accumulator lives here too, zeroed per item. A thread keeps
     // the largest item's tiles it has met (4 MB for VecInfer's 256-row prefill items).
-    thread_local std::vector<float> scratch_scores, scratch_rescale, scratch_acc;
-    if (scratch_scores.size() < size_t(rows) * size_t(T)) scratch_scores.resize(size_t(rows) * size_t(T));
-    if (scratch_rescale.size() < size_t(rows)) scratch_rescale.resize(size_t(rows));
-    float* const sc = scratch_scores.data();
-    float* const rescale = scratch_rescale.data();
+    thread_local std::vector<float> scratch_scores, scratch_rescale, scratch_acc, scratch_fin;
+    float* const sc = scratch(scratch_scores, size_t(rows) * size_t(T));
+    float* const rescale = scratch(scratch_rescale, size_t(rows));
     float* acc = P.acc_codec.data();
     if (early) {
-      if (scratch_acc.size() < size_t(rows) * A) scratch_acc.resize(size_t(rows) * A);
-      acc = scratch_acc.data();
+      acc = scratch(scratch_acc, size_t(rows) * A);
       std::fill_n(acc, size_t(rows) * A, 0.0f);
     }
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
@@ -190,10 +193,10 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         }
       }
     }
-    if (early) {
-      std::vector<float> fin(size_t(rows) * d);
-      vc.finalize(acc, rows, fin.data());
-      for (size_t j = 0; j < fin.size(); ++j) P.acc_half[j] += fin[j];
+    if (early) {  // finalize writes every output, so its scratch needs no zeroing
+      float* const fin = scratch(scratch_fin, size_t(rows) * d);
+      vc.finalize(acc, rows, fin);
+      for (size_t j = 0; j < size_t(rows) * d; ++j) P.acc_half[j] += fin[j];
     }
   }, 1);
 
