@@ -258,9 +258,11 @@ void LutCentroidFold(const float* HWY_RESTRICT acc, size_t acc_stride, int n_q, 
 // loads: scores per 4096-token item of four rows took 26-28 us in place of 31-35 us (calls of the
 // two kernels interleaved in one attn-bench process, four runs). Four rows at a time is slower:
 // their tables (4 x 8 KB at 32 sub-vectors) fill L1.
+// `fetch`: this pass is the first over the run, so it asks for the indices ahead (later passes find
+// them in L2).
 template <int NR>
 void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, const uint8_t* HWY_RESTRICT blocks,
-                     size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
+                     size_t bb, int64_t i0, int64_t i1, bool fetch, float* HWY_RESTRICT out, size_t out_stride) {
   constexpr int B = kLutBlockTokens;
   const uint8_t* tab[NR];
   __m512 vb[NR], vs[NR];
@@ -284,8 +286,8 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
       __m512i all[NR], odd[NR];
       for (int r = 0; r < NR; ++r) all[r] = odd[r] = _mm512_setzero_si512();
       for (int s = s0; s < s1; ++s) {
-        // Ask for the block after next (rows after the first pair find it in L2 anyway).
-        _mm_prefetch(reinterpret_cast<const char*>(idx + 2 * bb + size_t(s) * B), _MM_HINT_T0);
+        // The block after next.
+        if (fetch) _mm_prefetch(reinterpret_cast<const char*>(idx + 2 * bb + size_t(s) * B), _MM_HINT_T0);
         const __m512i x = _mm512_maskz_loadu_epi8(m, idx + size_t(s) * B);
         const __mmask64 top = _mm512_movepi8_mask(x);
         for (int r = 0; r < NR; ++r) {
@@ -330,10 +332,12 @@ void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub
 #if HWY_TARGET == HWY_AVX3_DL
   int r = 0;
   for (; r + 2 <= n_q; r += 2) {
-    LutU8ScoresRows<2>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, out + size_t(r) * out_stride, out_stride);
+    LutU8ScoresRows<2>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride,
+                       out_stride);
   }
   if (r < n_q) {
-    LutU8ScoresRows<1>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, out + size_t(r) * out_stride, out_stride);
+    LutU8ScoresRows<1>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride,
+                       out_stride);
   }
 #else
   constexpr int B = kLutBlockTokens;
