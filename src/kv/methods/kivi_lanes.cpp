@@ -147,10 +147,30 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 }
 
 // Stores the two byte planes of T (|T| <= 32512): lo = T - 256 hi at `to`, hi = (T + 128) >> 8
-// at to + C. lo is T's own low byte, so AVX-512 stores it by truncation (vpmovdb); elsewhere it
-// is computed and both planes go through an exact (in-range) saturating demotion.
+// at to + C. With U = T + 128, hi is U's second byte and lo its first byte with the top bit
+// flipped (adding 128 flips bit 7 of the low byte). On AVX-512 VBMI one vpermb gathers both
+// planes of 16 lanes into 32 contiguous bytes (C = 16), an xor fixes lo, and one store writes
+// them: two truncating stores (vpmovdb, two shuffle uops each on the Intel and AMD cores measured)
+// cost twice the shuffles, and the fold and the value staging call this for every operand they
+// hold. Plain AVX-512 stores lo by truncation (vpmovdb); elsewhere it is computed and both planes
+// go through an exact (in-range) saturating demotion. Every form writes the same bytes.
 template <int C, class D8, class VI32>
 HWY_INLINE void StorePlanes(D8 d8, VI32 T, int8_t* HWY_RESTRICT to) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (sizeof(T.raw) == 64) {
+    static_assert(C == 16, "16 lanes fill one chunk's two planes");
+    // Bytes 0 (lo, flipped) and 1 (hi) of each 32-bit lane to bytes 0-15 and 16-31.
+    const __m512i order = _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                          0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                          61, 57, 53, 49, 45, 41, 37, 33, 29, 25, 21, 17, 13, 9, 5, 1,  //
+                                          60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i u = _mm512_add_epi32(T.raw, _mm512_set1_epi32(128));
+    const __m256i planes = _mm512_castsi512_si256(_mm512_permutexvar_epi8(order, u));
+    const __m256i flip = _mm256_set_epi64x(0, 0, int64_t(0x8080808080808080ull), int64_t(0x8080808080808080ull));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), _mm256_xor_si256(planes, flip));
+    return;
+  }
+#endif
   const VI32 hi = hn::ShiftRight<8>(hn::Add(T, hn::Set(hn::DFromV<VI32>(), 128)));
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if constexpr (sizeof(T.raw) == 64) {
@@ -163,14 +183,26 @@ HWY_INLINE void StorePlanes(D8 d8, VI32 T, int8_t* HWY_RESTRICT to) {
   hn::StoreU(hn::DemoteTo(d8, hi), d8, to + C);
 }
 
+// max(m, |x|) for m >= 0: one vrangeps (its max-of-magnitudes form, sign cleared) on AVX-512
+// instead of an and and a max; the same floats.
+template <class V>
+HWY_INLINE V MaxAbs(V m, V x) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (sizeof(x.raw) == 64) return V{_mm512_range_ps(m.raw, x.raw, 0x0B)};
+  if constexpr (sizeof(x.raw) == 32) return V{_mm256_range_ps(m.raw, x.raw, 0x0B)};
+#endif
+  return hn::Max(m, hn::Abs(x));
+}
+
 // A group's scales folded into the held query: unit_r = max_c |q_r[c] s_c| / 32512 and T_r[c] =
 // round(q_r[c] s_c / unit_r) (0 when unit_r is 0), stored as byte planes where ScoreSub reads
-// them (QueryBytesAt); the zeros go into a bias (bias_r = sum_c q_r[c] z_c). s is scratch of d
-// floats; d is a multiple of C. Every target computes the same bytes (the products, maxima and
+// them (QueryBytesAt); the zeros go into a bias (bias_r = sum_c q_r[c] z_c). prod is scratch of
+// kRows * d floats (the products, computed once for the maximum and the rounding); d is a multiple
+// of C. Every target computes the same bytes (the products, maxima and
 // round-to-nearest-even are the same operations on the same floats).
 template <int kBits, int kRows>
 HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::float16_t* HWY_RESTRICT sz, int d,
-                          float* HWY_RESTRICT sbuf, int8_t* HWY_RESTRICT qi, float* unit, float* bias) {
+                          float* HWY_RESTRICT prod, int8_t* HWY_RESTRICT qi, float* unit, float* bias) {
   constexpr int C = 32 / kBits;
   const hn::CappedTag<float, C> dc;  // at most one chunk per vector
   using V = hn::Vec<decltype(dc)>;
@@ -180,10 +212,11 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
   for (int c = 0; c < d; c += N) {
     V s, z;
     LoadPairs(dc, sz, c, &s, &z);
-    hn::StoreU(s, dc, sbuf + c);
     for (int r = 0; r < kRows; ++r) {
       const V qv = hn::LoadU(dc, q + size_t(r) * qs + c);
-      m[r] = hn::Max(m[r], hn::Abs(hn::Mul(qv, s)));
+      const V x = hn::Mul(qv, s);
+      hn::StoreU(x, dc, prod + size_t(r) * d + c);
+      m[r] = MaxAbs(m[r], x);
       b[r] = hn::MulAdd(qv, z, b[r]);
     }
   }
@@ -196,10 +229,9 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
   }
   const hn::Rebind<int8_t, decltype(dc)> d8;
   for (int c = 0; c < d; c += N) {
-    const V s = hn::LoadU(dc, sbuf + c);
     for (int r = 0; r < kRows; ++r) {
       // |T| <= 32512 up to the rounding of the products: hi and lo are in -128..127.
-      const auto T = RoundToInt(hn::Mul(hn::Mul(hn::LoadU(dc, q + size_t(r) * qs + c), s), inv[r]));
+      const auto T = RoundToInt(hn::Mul(hn::LoadU(dc, prod + size_t(r) * d + c), inv[r]));
       StorePlanes<C>(d8, T, qi + QueryBytesAt<kBits, kRows>(c / C, r, 0) + c % C);
     }
   }
@@ -212,7 +244,7 @@ template <int kBits, int kRows>
 void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int R, int G, int64_t i0,
                    int64_t i1, float* out, size_t out_stride) {
   const size_t params = size_t(R / G) * d * 4, sub = size_t(d) / (32 / kBits) * kSub * 4;
-  alignas(64) float sbuf[4096];
+  alignas(64) float prod[kRows * 4096];
   alignas(64) int8_t qi[kRows * 2 * 4096];
   float unit[kRows], bias[kRows];
   alignas(64) float tmp[kRows * kSub];
@@ -223,7 +255,7 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
     const uint8_t* block = blocks + size_t(b) * bb;
     // The next block's scales and zeros, once per block (its codes are fetched ahead below).
     if (j == R / G - 1) PrefetchBytes(block + bb, params);
-    FoldGroup<kBits, kRows>(q, qs, reinterpret_cast<const hwy::float16_t*>(block + size_t(j) * d * 4), d, sbuf, qi,
+    FoldGroup<kBits, kRows>(q, qs, reinterpret_cast<const hwy::float16_t*>(block + size_t(j) * d * 4), d, prod, qi,
                             unit, bias);
     for (int64_t u = (i - b * R) / kSub; b * R + u * kSub < g_end; ++u) {
       const int64_t first = b * R + u * kSub;
@@ -287,7 +319,7 @@ constexpr int kRunSubs = 16;  // sub-blocks (16 tokens each) whose weights are s
 template <int kRows>
 struct RunWeights {
   alignas(64) float w[kRunSubs][kRows][kSub];           // the weights, 0 outside the range
-  alignas(64) float s[kRunSubs][kSub];                  // one group's scales per sub-block
+  alignas(64) float ws[kRunSubs][kRows][kSub];          // one group's w * scale per sub-block and row
   alignas(64) int8_t planes[kRunSubs][kRows][2][kSub];  // one group's T: [lo | hi] per sub-block and row
 };
 
@@ -330,10 +362,11 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
     for (int p = 0; p < kParts; ++p) {
       VF sv, zv;
       LoadPairs(df, pairs(bi), p * kLanes, &sv, &zv);
-      hn::Store(sv, df, &W->s[bi][p * kLanes]);
       for (int r = 0; r < kRows; ++r) {
         const VF wv = hn::Load(df, &W->w[bi][r][p * kLanes]);
-        m[r] = hn::Max(m[r], hn::Abs(hn::Mul(wv, sv)));
+        const VF x = hn::Mul(wv, sv);
+        hn::Store(x, df, &W->ws[bi][r][p * kLanes]);
+        m[r] = MaxAbs(m[r], x);
         zs[r] = hn::MulAdd(wv, zv, zs[r]);
       }
     }
@@ -347,10 +380,9 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
   }
   for (int bi = 0; bi < nb; ++bi) {
     for (int p = 0; p < kParts; ++p) {
-      const VF sv = hn::Load(df, &W->s[bi][p * kLanes]);
       for (int r = 0; r < kRows; ++r) {
         // |w * s| * inv <= 32512 up to rounding: hi and lo are in -128..127.
-        const VF x = hn::Mul(hn::Mul(hn::Load(df, &W->w[bi][r][p * kLanes]), sv), inv[r]);
+        const VF x = hn::Mul(hn::Load(df, &W->ws[bi][r][p * kLanes]), inv[r]);
         StorePlanes<kSub>(d8, RoundToInt(x), &W->planes[bi][r][0][p * kLanes]);
       }
     }
