@@ -17,4 +17,13 @@ std::string simd_target_name() {
   return name;
 }
 
+bool cpu_is_intel() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
 }  // namespace vq

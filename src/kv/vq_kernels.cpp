@@ -7,9 +7,11 @@
 #define HWY_TARGET_INCLUDE "src/kv/vq_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "src/core/simd.h"
 #include "src/kv/vq_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -259,8 +261,9 @@ void LutCentroidFold(const float* HWY_RESTRICT acc, size_t acc_stride, int n_q, 
 // two kernels interleaved in one attn-bench process, four runs). Four rows at a time is slower:
 // their tables (4 x 8 KB at 32 sub-vectors) fill L1.
 // `fetch`: this pass is the first over the run, so it asks for the indices ahead (later passes find
-// them in L2).
-template <int NR>
+// them in L2). kByteShuffles: each 128-entry half is two vpermb (64 entries) and a blend by the
+// index's bit 6 instead of one vpermi2b (lut_u8_scores_use_vpermb); the same bytes.
+template <int NR, bool kByteShuffles>
 void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, const uint8_t* HWY_RESTRICT blocks,
                      size_t bb, int64_t i0, int64_t i1, bool fetch, float* HWY_RESTRICT out, size_t out_stride) {
   constexpr int B = kLutBlockTokens;
@@ -290,10 +293,19 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
         if (fetch) _mm_prefetch(reinterpret_cast<const char*>(idx + 2 * bb + size_t(s) * B), _MM_HINT_T0);
         const __m512i x = _mm512_maskz_loadu_epi8(m, idx + size_t(s) * B);
         const __mmask64 top = _mm512_movepi8_mask(x);
+        const __mmask64 b6 = kByteShuffles ? _mm512_test_epi8_mask(x, _mm512_set1_epi8(64)) : 0;
         for (int r = 0; r < NR; ++r) {
           const uint8_t* t = tab[r] + size_t(s) * kLutCentroids;
-          const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(t), x, _mm512_loadu_si512(t + 64));
-          const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 128), x, _mm512_loadu_si512(t + 192));
+          __m512i low, high;
+          if constexpr (kByteShuffles) {
+            low = _mm512_mask_blend_epi8(b6, _mm512_permutexvar_epi8(x, _mm512_loadu_si512(t)),
+                                         _mm512_permutexvar_epi8(x, _mm512_loadu_si512(t + 64)));
+            high = _mm512_mask_blend_epi8(b6, _mm512_permutexvar_epi8(x, _mm512_loadu_si512(t + 128)),
+                                          _mm512_permutexvar_epi8(x, _mm512_loadu_si512(t + 192)));
+          } else {
+            low = _mm512_permutex2var_epi8(_mm512_loadu_si512(t), x, _mm512_loadu_si512(t + 64));
+            high = _mm512_permutex2var_epi8(_mm512_loadu_si512(t + 128), x, _mm512_loadu_si512(t + 192));
+          }
           const __m512i v = _mm512_mask_blend_epi8(top, low, high);
           all[r] = _mm512_add_epi16(all[r], v);
           odd[r] = _mm512_add_epi16(odd[r], _mm512_srli_epi16(v, 8));
@@ -330,15 +342,13 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
 void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub, const uint8_t* HWY_RESTRICT blocks,
                  size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
 #if HWY_TARGET == HWY_AVX3_DL
+  const auto rows = lut_u8_scores_uses_vpermb() ? &LutU8ScoresRows<2, true> : &LutU8ScoresRows<2, false>;
+  const auto row = lut_u8_scores_uses_vpermb() ? &LutU8ScoresRows<1, true> : &LutU8ScoresRows<1, false>;
   int r = 0;
   for (; r + 2 <= n_q; r += 2) {
-    LutU8ScoresRows<2>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride,
-                       out_stride);
+    rows(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
   }
-  if (r < n_q) {
-    LutU8ScoresRows<1>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride,
-                       out_stride);
-  }
+  if (r < n_q) row(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
 #else
   constexpr int B = kLutBlockTokens;
   for (int r = 0; r < n_q; ++r) {
@@ -367,6 +377,15 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace vq::kv {
+namespace {
+std::atomic<bool>& use_vpermb() {
+  static std::atomic<bool> on{cpu_is_intel()};
+  return on;
+}
+}  // namespace
+void lut_u8_scores_use_vpermb(bool on) { use_vpermb().store(on, std::memory_order_relaxed); }
+bool lut_u8_scores_uses_vpermb() { return use_vpermb().load(std::memory_order_relaxed); }
+
 HWY_EXPORT(NearestCentroid);
 int nearest_centroid(const float* centroids_t, const float* norms, int k, int sub, const float* x) {
   return HWY_DYNAMIC_DISPATCH(NearestCentroid)(centroids_t, norms, k, sub, x);

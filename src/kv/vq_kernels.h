@@ -60,5 +60,11 @@ void lut_centroid_fold(const float* acc, size_t acc_stride, int n_q, int n_sub, 
 // time.
 void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub, const uint8_t* blocks,
                    size_t block_bytes, int64_t i0, int64_t i1, float* out, size_t out_stride);
+// How the AVX-512 VBMI scores look a 256-byte table up: two vpermi2b (128 entries each) and a
+// blend, or four vpermb (64 entries each) and three blends. The same bytes either way; on the
+// Intel Xeon measured vpermi2b takes about twice as long as vpermb (1.9 against 0.9 cycles an
+// instruction), so Intel CPUs take the second form (set at start-up; tests set both).
+void lut_u8_scores_use_vpermb(bool on);
+bool lut_u8_scores_uses_vpermb();
 
 }  // namespace vq::kv

@@ -50,29 +50,34 @@ uint8_t index_of(const Encoded& e, size_t block_bytes, int64_t t, int s) {
 // AVX-512 VBMI lookups and the loop of the others), over a range that starts and ends inside a
 // block of 64 and crosses two block boundaries.
 TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
-  for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4"}) {
-    for (int d : {64, 256}) {
-      SCOPED_TRACE(std::string(spec) + " d " + std::to_string(d));
-      const Calibrated c = calibrated(spec, d);
-      const auto kc = c.method.keys().key_codec(c.ctx());
-      const int n_q = 5, n_sub = int((kc->query_state_floats() - kLutHeaderFloats) * 4 / kLutCentroids);
-      const int64_t i0 = 7, i1 = 201;
-      const Encoded e = encode_run(*kc, make_data(Data::kOutliers, 256, d, 30), 0);
-      const std::vector<float> states = prepare_queries(*kc, make_data(Data::kOutliers, n_q, d, 31), n_q);
-      const int tried = scores_on_every_target(*kc, states, n_q, e, i0, i1, [&](const std::vector<float>& s) {
-        for (int r = 0; r < n_q; ++r) {
-          const float* st = &states[size_t(r) * kc->query_state_floats()];
-          for (int64_t t = i0; t < i1; ++t) {
-            uint32_t sum = 0;
-            for (int q = 0; q < n_sub; ++q) sum += lut_u8_tables(st)[size_t(q) * kLutCentroids + index_of(e, kc->block_bytes(), t, q)];
-            const float want = lut_u8_bias(st) + lut_u8_step(st) * float(sum);
-            ASSERT_EQ(s[size_t(r) * (i1 - i0) + size_t(t - i0)], want) << "query " << r << " token " << t;
+  const bool chosen = lut_u8_scores_uses_vpermb();
+  for (const bool vpermb : {false, true}) {
+    lut_u8_scores_use_vpermb(vpermb);  // both forms of the VBMI lookups, on a CPU that has them
+    for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4"}) {
+      for (int d : {64, 256}) {
+        SCOPED_TRACE(std::string(spec) + " d " + std::to_string(d) + (vpermb ? " vpermb" : " vpermi2b"));
+        const Calibrated c = calibrated(spec, d);
+        const auto kc = c.method.keys().key_codec(c.ctx());
+        const int n_q = 5, n_sub = int((kc->query_state_floats() - kLutHeaderFloats) * 4 / kLutCentroids);
+        const int64_t i0 = 7, i1 = 201;
+        const Encoded e = encode_run(*kc, make_data(Data::kOutliers, 256, d, 30), 0);
+        const std::vector<float> states = prepare_queries(*kc, make_data(Data::kOutliers, n_q, d, 31), n_q);
+        const int tried = scores_on_every_target(*kc, states, n_q, e, i0, i1, [&](const std::vector<float>& s) {
+          for (int r = 0; r < n_q; ++r) {
+            const float* st = &states[size_t(r) * kc->query_state_floats()];
+            for (int64_t t = i0; t < i1; ++t) {
+              uint32_t sum = 0;
+              for (int q = 0; q < n_sub; ++q) sum += lut_u8_tables(st)[size_t(q) * kLutCentroids + index_of(e, kc->block_bytes(), t, q)];
+              const float want = lut_u8_bias(st) + lut_u8_step(st) * float(sum);
+              ASSERT_EQ(s[size_t(r) * (i1 - i0) + size_t(t - i0)], want) << "query " << r << " token " << t;
+            }
           }
-        }
-      });
-      EXPECT_GE(tried, 2);
+        });
+        EXPECT_GE(tried, 2);
+      }
     }
   }
+  lut_u8_scores_use_vpermb(chosen);
 }
 
 // Values: each centroid's weight is the sum of the weights of the tokens that chose it, for 5
