@@ -342,8 +342,9 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
 void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub, const uint8_t* HWY_RESTRICT blocks,
                  size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
 #if HWY_TARGET == HWY_AVX3_DL
-  const auto rows = lut_u8_scores_uses_vpermb() ? &LutU8ScoresRows<2, true> : &LutU8ScoresRows<2, false>;
-  const auto row = lut_u8_scores_uses_vpermb() ? &LutU8ScoresRows<1, true> : &LutU8ScoresRows<1, false>;
+  const bool vpermb = lut_u8_scores_uses_vpermb();
+  const auto rows = vpermb ? &LutU8ScoresRows<2, true> : &LutU8ScoresRows<2, false>;
+  const auto row = vpermb ? &LutU8ScoresRows<1, true> : &LutU8ScoresRows<1, false>;
   int r = 0;
   for (; r + 2 <= n_q; r += 2) {
     rows(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
