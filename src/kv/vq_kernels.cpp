@@ -108,15 +108,45 @@ void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float*
   state[1] = range / 255.0f;
 }
 
+// One block's tokens [slot, slot + m) of a group of G sub-vectors (G = 4 or 8) into their
+// [centroid][row] tables, which lie kTableBytes apart from `base`: the block's index bytes first
+// become byte offsets of their sums, made with vectors, so a step needs no shift to address a sum
+// (and one base address keeps each table's distance a constant in the instruction's addressing:
+// with a base register per table the compiler spilled them and reloaded one per step).
+template <int G, size_t kTableBytes>
+HWY_INLINE void ScatterBlockWeights(char* HWY_RESTRICT base, const uint8_t* HWY_RESTRICT block_idx, int slot, int m,
+                                    const float* HWY_RESTRICT wk, uint16_t* HWY_RESTRICT off) {
+  constexpr int B = kLutBlockTokens, kRows = 4;
+  const hn::CappedTag<float, kRows> d4;  // four lanes wherever this is called (N4 == kRows)
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const int N16 = int(hn::Lanes(d16));
+  for (int j = 0; j < G * B; j += N16) {
+    hn::Store(hn::ShiftLeft<4>(hn::PromoteTo(d16, hn::LoadU(d8, block_idx + j))), d16, off + j);
+  }
+  const uint16_t* o = off + slot;
+  for (int k = 0; k < m; ++k) {
+    const auto wv = hn::Load(d4, wk + size_t(k) * kRows);
+    float* p[G];
+    hn::Vec<decltype(d4)> sum[G];
+    // All loads before any store: no load waits behind another table's store.
+    for (int u = 0; u < G; ++u) p[u] = reinterpret_cast<float*>(base + u * kTableBytes + o[k + u * B]);
+    for (int u = 0; u < G; ++u) sum[u] = hn::Add(hn::Load(d4, p[u]), wv);
+    for (int u = 0; u < G; ++u) hn::Store(sum[u], d4, p[u]);
+  }
+}
+
 // See lut_centroid_weights in vq_kernels.h. Four rows at a time (missing rows weigh 0),
-// kLutWeightRun tokens at a time, four sub-vectors at a time: a token's four-row weight vector is
-// loaded once and added to its four sub-vectors' [centroid][row] sums, four independent
-// load-add-store steps (their tables differ, so none waits on another's store). Each sum adds its
-// tokens in order, on every target.
+// kLutWeightRun tokens at a time, eight sub-vectors at a time: a token's four-row weight vector is
+// loaded once and added to its eight sub-vectors' [centroid][row] sums, eight independent
+// load-add-store steps (their tables differ, so none waits on another's store). Eight tables
+// (32 KB) still leave L1 room for the weights and indices streaming past, and halve the passes
+// over the run's weights against four (docs/cache.md has the measurement).
+// Each sum adds its tokens in order, on every target.
 void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub,
                         const uint8_t* HWY_RESTRICT blocks, size_t bb, int64_t i0, int64_t i1,
                         float* HWY_RESTRICT acc, size_t acc_stride) {
-  constexpr int B = kLutBlockTokens, kRows = 4, kChunk = kLutWeightRun, kGroup = 4;
+  constexpr int B = kLutBlockTokens, kRows = 4, kChunk = kLutWeightRun, kGroup = 8;
   const hn::CappedTag<float, kRows> d4;  // the four rows of a sum (one lane at a time on HWY_SCALAR)
   const int N4 = int(hn::Lanes(d4));
   const DF df;
@@ -125,12 +155,9 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
   HWY_ALIGN float wt[kChunk * kRows];                   // [token][row]
   static_assert(kLutCentroids * kRows * sizeof(float) <= 65536, "byte offsets of a sum fit 16 bits");
   static_assert(kRows * sizeof(float) == 16, "a centroid's byte offset is its index shifted left by 4");
-  const hn::ScalableTag<uint16_t> d16;
-  const hn::Rebind<uint8_t, decltype(d16)> d8;
-  const int N16 = int(hn::Lanes(d16));
   HWY_ALIGN uint16_t off[kGroup * B];  // [sub-vector of the group][slot]: byte offset in its sums
-  char* base[kGroup];
-  for (int u = 0; u < kGroup; ++u) base[u] = reinterpret_cast<char*>(sums[u]);
+  char* const base = reinterpret_cast<char*>(&sums[0][0]);
+  constexpr size_t kTableBytes = sizeof(sums[0]);
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int nr = std::min(kRows, n_q - r0);
     for (int64_t c0 = i0; c0 < i1; c0 += kChunk) {
@@ -147,8 +174,8 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
       for (int t = t0; t < n; ++t) {
         for (int r = 0; r < kRows; ++r) wt[t * kRows + r] = r < nr ? wr[r][t] : 0.0f;
       }
-      for (int s0 = 0; s0 < n_sub; s0 += kGroup) {
-        const int g = std::min(kGroup, n_sub - s0);
+      for (int s0 = 0, g = 0; s0 < n_sub; s0 += g) {
+        g = n_sub - s0 >= kGroup ? kGroup : std::min(4, n_sub - s0);  // 8, then 4, then what is left
         std::fill_n(&sums[0][0], size_t(g) * kLutCentroids * kRows, 0.0f);
         for (int t = 0; t < n;) {
           const int64_t i = c0 + t, blk = i / B, slot = i % B;
@@ -157,25 +184,9 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
           const uint8_t* idx = block_idx + slot;
           const float* wk = wt + size_t(t) * kRows;
           if (g == kGroup && N4 == kRows) {
-            // The block's index bytes of the four sub-vectors as byte offsets of their sums, made
-            // with vectors: the scatter below then needs no shift to address a sum.
-            for (int j = 0; j < kGroup * B; j += N16) {
-              hn::Store(hn::ShiftLeft<4>(hn::PromoteTo(d16, hn::LoadU(d8, block_idx + j))), d16, off + j);
-            }
-            const uint16_t* o = off + slot;
-            for (int k = 0; k < m; ++k) {
-              const auto wv = hn::Load(d4, wk + size_t(k) * kRows);
-              float* p0 = reinterpret_cast<float*>(base[0] + o[k]);
-              float* p1 = reinterpret_cast<float*>(base[1] + o[k + B]);
-              float* p2 = reinterpret_cast<float*>(base[2] + o[k + 2 * B]);
-              float* p3 = reinterpret_cast<float*>(base[3] + o[k + 3 * B]);
-              const auto a0 = hn::Add(hn::Load(d4, p0), wv), a1 = hn::Add(hn::Load(d4, p1), wv);
-              const auto a2 = hn::Add(hn::Load(d4, p2), wv), a3 = hn::Add(hn::Load(d4, p3), wv);
-              hn::Store(a0, d4, p0);
-              hn::Store(a1, d4, p1);
-              hn::Store(a2, d4, p2);
-              hn::Store(a3, d4, p3);
-            }
+            ScatterBlockWeights<kGroup, kTableBytes>(base, block_idx, int(slot), m, wk, off);
+          } else if (g == 4 && N4 == kRows) {
+            ScatterBlockWeights<4, kTableBytes>(base, block_idx, int(slot), m, wk, off);
           } else {
             for (int k = 0; k < m; ++k) {
               for (int u = 0; u < g; ++u) {

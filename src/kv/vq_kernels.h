@@ -39,7 +39,7 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
 // Values as centroid weights: acc[r * acc_stride + s * 256 + c] += the sum of w[r * w_stride +
 // (i - i0)] over the tokens i in [i0, i1) whose index of sub-vector s is c, for the n_q rows and
 // a run of blocks laid out as above. Four rows at a time, one 16-byte add per token and
-// sub-vector into a table of [centroid][row] sums (four sub-vectors' tables, 16 KB, stay in L1)
+// sub-vector into a table of [centroid][row] sums (eight sub-vectors' tables, 32 KB, stay in L1)
 // that is added to the rows' accumulators once per pass of kLutWeightRun tokens: a quarter of the
 // stores of adding row by row. The fold is a fixed cost per pass, so the value codec asks the
 // attention loop for runs this long (ValueCodec::preferred_run_tokens).

@@ -80,12 +80,9 @@ TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
   lut_u8_scores_use_vpermb(chosen);
 }
 
-// Values: each centroid's weight is the sum of the weights of the tokens that chose it, for 5
-// query rows (a group of four and one alone) over a range longer than the kernel's pass
-// (kLutWeightRun tokens) that starts and ends inside a block, the same bits on every target.
-TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
+void check_centroid_weights(const std::string& spec) {
   const int d = 128;
-  const Calibrated c = calibrated("vecinfer", d);
+  const Calibrated c = calibrated(spec, d);
   const auto vc = c.method.values().value_codec(c.ctx());
   const int n_q = 5, n_sub = int(vc->accum_floats() / kLutCentroids);
   const int64_t i0 = 9, i1 = kLutWeightRun + 100, n = i1 - i0;
@@ -116,6 +113,17 @@ TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
     }
   });
   EXPECT_GE(tried, 2);
+}
+
+// Values: each centroid's weight is the sum of the weights of the tokens that chose it, for 5
+// query rows (a group of four and one alone) over a range longer than the kernel's pass
+// (kLutWeightRun tokens) that starts and ends inside a block, the same bits on every target; 16,
+// 4 and 2 sub-vectors (the kernel's groups of eight, of four, and the rest).
+TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
+  for (const char* spec : {"vecinfer", "vecinfer:vsub=32", "vecinfer:vsub=64"}) {
+    SCOPED_TRACE(spec);
+    check_centroid_weights(spec);
+  }
 }
 
 // Finalize folds a row's centroid weights through the codebook: each output is the even-c and the
