@@ -6,6 +6,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/vq_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "src/core/simd.h"
 #include "src/kv/vq_kernels.h"
@@ -183,6 +184,10 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
           const uint8_t* block_idx = blocks + size_t(blk) * bb + size_t(s0) * B;  // the group's first sub-vector
           const uint8_t* idx = block_idx + slot;
           const float* wk = wt + size_t(t) * kRows;
+          if (s0 == 0) {  // the first pass asks for the block after next, all of it: later passes find it in L2
+            const uint8_t* ahead = blocks + size_t(blk + 2) * bb;
+            for (size_t o = 0; o < bb; o += 64) hwy::Prefetch(ahead + o);
+          }
           if (g == kGroup && N4 == kRows) {
             ScatterBlockWeights<kGroup, kTableBytes>(base, block_idx, int(slot), m, wk, off);
           } else if (g == 4 && N4 == kRows) {
