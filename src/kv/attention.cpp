@@ -61,10 +61,6 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   const int n_row_blocks = (rows_total + kRowBlock - 1) / kRowBlock;
   // Per-head codecs (when the method has them) share their shapes: S and A are those of head 0.
   const size_t S = key_codec(0).query_state_floats(), A = value_codec(0).accum_floats();
-  // Items finalize their own codec accumulators when the codec asks (see ValueCodec::
-  // finalize_before_merge): the merge then moves head_dim floats per row instead of A.
-  const bool early = value_codec(0).finalize_before_merge();
-  const size_t A_merged = early ? 0 : A;
   const int64_t window = config_.sliding_window;
 
   // Visible range of each query token.
@@ -113,24 +109,19 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int r_begin = rb * kRowBlock, r_end = std::min(rows_total, r_begin + kRowBlock);
     const int rows = r_end - r_begin;
     Partial& P = partials[size_t(item)];
-    P.init(rows, early ? 0 : A, d);
+    P.init(rows, A, d);
     const int64_t c_begin = (first_chunk + c) * chunk_len;
     const int64_t c_end = std::min(c_begin + chunk_len, pos_max + 1);
     const int64_t T = rows <= 16 ? std::max<int64_t>(256, value_codec(h).preferred_run_tokens()) : 64;
     // The thread's scratch, kept across items and steps (a decode step would otherwise allocate
     // and free each item's tiles, and big ones are mapped and faulted in afresh every time).
     // Scores are written before they are read and stay uninitialized (this tile is 64 KB for a
-    // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time);
-    // an early-finalizing codec's accumulator lives here too, zeroed per item. A thread keeps
-    // the largest item's tiles it has met (4 MB for VecInfer's 256-row prefill items).
-    thread_local std::vector<float> scratch_scores, scratch_rescale, scratch_acc, scratch_fin;
+    // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time).
+    // A thread keeps the largest item's tiles it has met.
+    thread_local std::vector<float> scratch_scores, scratch_rescale;
     float* const sc = scratch(scratch_scores, size_t(rows) * size_t(T));
     float* const rescale = scratch(scratch_rescale, size_t(rows));
-    float* acc = P.acc_codec.data();
-    if (early) {
-      acc = scratch(scratch_acc, size_t(rows) * A);
-      std::fill_n(acc, size_t(rows) * A, 0.0f);
-    }
+    float* const acc = P.acc_codec.data();
     const float* qh = qs.data() + (size_t(h) * rows_total + r_begin) * d;
     const float* st = states.data() + (size_t(h) * rows_total + r_begin) * S;
     const HeadView& view = views[size_t(h)];
@@ -193,11 +184,6 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         }
       }
     }
-    if (early) {  // finalize writes every output, so its scratch needs no zeroing
-      float* const fin = scratch(scratch_fin, size_t(rows) * d);
-      vc.finalize(acc, rows, fin);
-      for (size_t j = 0; j < size_t(rows) * d; ++j) P.acc_half[j] += fin[j];
-    }
   }, 1);
 
   // Merge chunks in order, map the codec accumulator back, normalize.
@@ -207,7 +193,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int rows = r_end - r_begin;
     const size_t base = size_t(job) * size_t(n_chunks);
     Partial total;
-    total.init(rows, A_merged, d);
+    total.init(rows, A, d);
     for (int64_t c = 0; c < n_chunks; ++c) {
       const Partial& P = partials[base + size_t(c)];
       for (int r = 0; r < rows; ++r) {
@@ -216,7 +202,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         const float ft = total.m[r] == kNegInf ? 0.0f : std::exp(total.m[r] - m_new);
         const float fp = std::exp(P.m[r] - m_new);
         total.l[r] = total.l[r] * ft + P.l[r] * fp;
-        for (size_t j = 0; j < A_merged; ++j) {
+        for (size_t j = 0; j < A; ++j) {
           float& t = total.acc_codec[size_t(r) * A + j];
           t = t * ft + P.acc_codec[size_t(r) * A + j] * fp;
         }
@@ -227,8 +213,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         total.m[r] = m_new;
       }
     }
-    std::vector<float> fin(size_t(rows) * d);  // zero when the items finalized their own
-    if (!early) value_codec(h).finalize(total.acc_codec.data(), rows, fin.data());
+    std::vector<float> fin(size_t(rows) * d);
+    value_codec(h).finalize(total.acc_codec.data(), rows, fin.data());
     for (int r = 0; r < rows; ++r) {
       const int qi = (r_begin + r) / G, g = (r_begin + r) % G;
       float* dst = out + (size_t(qi) * n_q_heads + size_t(h) * G + g) * d;

@@ -81,7 +81,6 @@ class RotatedValueCodec final : public RotatedCodec<ValueCodec> {
     rotate_rows(rotation(), out, n_q, head_dim(), true);
   }
   int64_t preferred_run_tokens() const override { return inner().preferred_run_tokens(); }
-  bool finalize_before_merge() const override { return inner().finalize_before_merge(); }
 };
 
 }  // namespace

@@ -137,16 +137,87 @@ HWY_INLINE void ScatterBlockWeights(char* HWY_RESTRICT base, const uint8_t* HWY_
   }
 }
 
-// See lut_centroid_weights in vq_kernels.h. Four rows at a time (missing rows weigh 0),
+// Columns [j0, j0 + kCols) of one sub-vector of `sub` coordinates, for up to four rows whose
+// centroid weights are a[r][c * kStep] (kStep = 4: a [centroid][row] table of sums):
+// out[r * out_stride + j] += the sum over c of a[r][c * kStep] * cb[c * sub + j], as two partial
+// sums, even and odd c, each in c order, then even + odd, with multiplies and adds kept apart.
+// Each lane computes its column's sums in that order, so the lane count does not change the bits.
+template <int kCols, int kStep>
+void FoldColumns(const float* const* HWY_RESTRICT a, int nr, const float* HWY_RESTRICT cb, int sub,
+                 float* HWY_RESTRICT out, size_t out_stride) {
+  constexpr int kRows = 4;
+  const hn::CappedTag<float, kCols> dc;
+  const int L = int(hn::Lanes(dc));
+  for (int j0 = 0; j0 < kCols; j0 += L) {
+    hn::Vec<decltype(dc)> even[kRows], odd[kRows];
+    for (int r = 0; r < kRows; ++r) even[r] = odd[r] = hn::Zero(dc);
+    for (int c = 0; c < kLutCentroids; c += 2) {
+      const auto c0 = hn::LoadU(dc, cb + size_t(c) * sub + j0), c1 = hn::LoadU(dc, cb + size_t(c + 1) * sub + j0);
+      for (int r = 0; r < kRows; ++r) {
+        even[r] = hn::Add(even[r], hn::Mul(hn::Set(dc, a[r][c * kStep]), c0));
+        odd[r] = hn::Add(odd[r], hn::Mul(hn::Set(dc, a[r][(c + 1) * kStep]), c1));
+      }
+    }
+    for (int r = 0; r < nr; ++r) {
+      float* o = out + size_t(r) * out_stride + j0;
+      hn::StoreU(hn::Add(hn::LoadU(dc, o), hn::Add(even[r], odd[r])), dc, o);
+    }
+  }
+}
+
+// One sub-vector's [centroid][row] table of sums folded through its codebook cb ([c][sub]) into
+// nr <= 4 rows of out (out_stride apart).
+void FoldSums(const float* HWY_RESTRICT sums, int nr, const float* HWY_RESTRICT cb, int sub, float* HWY_RESTRICT out,
+              size_t out_stride) {
+  const float* a[4] = {sums, sums + 1, sums + 2, sums + 3};
+  int j = 0;
+  for (; j + 16 <= sub; j += 16) FoldColumns<16, 4>(a, nr, cb + j, sub, out + j, out_stride);
+  for (; j + 8 <= sub; j += 8) FoldColumns<8, 4>(a, nr, cb + j, sub, out + j, out_stride);
+  for (; j + 4 <= sub; j += 4) FoldColumns<4, 4>(a, nr, cb + j, sub, out + j, out_stride);
+  for (; j < sub; ++j) FoldColumns<1, 4>(a, nr, cb + j, sub, out + j, out_stride);
+}
+
+// Short runs (prefill tiles): each token's value decoded into a row of d floats, added to each
+// query row times its weight, token by token, with multiplies and adds kept apart.
+void GatherAccumulate(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub, int sub,
+                      const float* HWY_RESTRICT codebook, const uint8_t* HWY_RESTRICT blocks, size_t bb, int64_t i0,
+                      int64_t i1, float* HWY_RESTRICT acc, size_t acc_stride) {
+  constexpr int B = kLutBlockTokens;
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  const int d = n_sub * sub;
+  HWY_ALIGN float v[kLutMaxDim];
+  for (int64_t i = i0; i < i1; ++i) {
+    const uint8_t* idx = blocks + size_t(i / B) * bb + size_t(i % B);
+    for (int s = 0; s < n_sub; ++s) {
+      std::copy_n(codebook + (size_t(s) * kLutCentroids + idx[size_t(s) * B]) * size_t(sub), sub, v + size_t(s) * sub);
+    }
+    for (int r = 0; r < n_q; ++r) {
+      const float wt = w[size_t(r) * w_stride + size_t(i - i0)];
+      float* a = acc + size_t(r) * acc_stride;
+      const auto vw = hn::Set(df, wt);
+      int j = 0;
+      for (; j + N <= d; j += N) hn::StoreU(hn::Add(hn::LoadU(df, a + j), hn::Mul(vw, hn::LoadU(df, v + j))), df, a + j);
+      for (; j < d; ++j) a[j] = a[j] + wt * v[j];
+    }
+  }
+}
+
+// See lut_centroid_accumulate in vq_kernels.h. Long runs: four rows at a time (missing rows weigh 0),
 // kLutWeightRun tokens at a time, eight sub-vectors at a time: a token's four-row weight vector is
 // loaded once and added to its eight sub-vectors' [centroid][row] sums, eight independent
 // load-add-store steps (their tables differ, so none waits on another's store). Eight tables
 // (32 KB) still leave L1 room for the weights and indices streaming past, and halve the passes
 // over the run's weights against four (docs/cache.md has the measurement).
-// Each sum adds its tokens in order, on every target.
-void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub,
-                        const uint8_t* HWY_RESTRICT blocks, size_t bb, int64_t i0, int64_t i1,
-                        float* HWY_RESTRICT acc, size_t acc_stride) {
+// Each sum adds its tokens in order, on every target; after each pass the group's tables are
+// folded through their codebooks into the rows (FoldSums).
+void LutCentroidAccumulate(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub, int sub,
+                           const float* HWY_RESTRICT codebook, const uint8_t* HWY_RESTRICT blocks, size_t bb,
+                           int64_t i0, int64_t i1, float* HWY_RESTRICT acc, size_t acc_stride) {
+  if (i1 - i0 < kLutSumsMinTokens) {
+    GatherAccumulate(w, w_stride, n_q, n_sub, sub, codebook, blocks, bb, i0, i1, acc, acc_stride);
+    return;
+  }
   constexpr int B = kLutBlockTokens, kRows = 4, kChunk = kLutWeightRun, kGroup = 8;
   const hn::CappedTag<float, kRows> d4;  // the four rows of a sum (one lane at a time on HWY_SCALAR)
   const int N4 = int(hn::Lanes(d4));
@@ -203,61 +274,12 @@ void LutCentroidWeights(const float* HWY_RESTRICT w, size_t w_stride, int n_q, i
           }
           t += m;
         }
-        // [centroid][row] to the rows: N centroids' four rows de-interleaved at a time.
         for (int u = 0; u < g; ++u) {
-          float* a[kRows];
-          for (int r = 0; r < kRows; ++r) {
-            a[r] = acc + size_t(r0 + std::min(r, nr - 1)) * acc_stride + size_t(s0 + u) * kLutCentroids;
-          }
-          for (int c = 0; c < kLutCentroids; c += N) {
-            hn::Vec<DF> v[kRows];
-            hn::LoadInterleaved4(df, sums[u] + size_t(c) * kRows, v[0], v[1], v[2], v[3]);
-            for (int r = 0; r < nr; ++r) hn::StoreU(hn::Add(hn::LoadU(df, a[r] + c), v[r]), df, a[r] + c);
-          }
+          const int sv = s0 + u;
+          FoldSums(sums[u], nr, codebook + size_t(sv) * kLutCentroids * size_t(sub), sub,
+                   acc + size_t(r0) * acc_stride + size_t(sv) * size_t(sub), acc_stride);
         }
       }
-    }
-  }
-}
-
-// See lut_centroid_fold in vq_kernels.h: columns [j0, j0 + kCols) of one sub-vector of `sub`
-// coordinates, for up to four rows. Each lane computes its column's sums in the stated order, so
-// the lane count does not change the bits.
-template <int kCols>
-void FoldColumns(const float* HWY_RESTRICT acc, size_t acc_stride, int nr, const float* HWY_RESTRICT cb, int sub,
-                 float* HWY_RESTRICT out, size_t out_stride) {
-  constexpr int kRows = 4;
-  const hn::CappedTag<float, kCols> dc;
-  const int L = int(hn::Lanes(dc));
-  const float* a[kRows];
-  for (int r = 0; r < kRows; ++r) a[r] = acc + size_t(std::min(r, nr - 1)) * acc_stride;  // missing rows: repeat the last
-  for (int j0 = 0; j0 < kCols; j0 += L) {
-    hn::Vec<decltype(dc)> even[kRows], odd[kRows];
-    for (int r = 0; r < kRows; ++r) even[r] = odd[r] = hn::Zero(dc);
-    for (int c = 0; c < kLutCentroids; c += 2) {
-      const auto c0 = hn::LoadU(dc, cb + size_t(c) * sub + j0), c1 = hn::LoadU(dc, cb + size_t(c + 1) * sub + j0);
-      for (int r = 0; r < kRows; ++r) {
-        even[r] = hn::Add(even[r], hn::Mul(hn::Set(dc, a[r][c]), c0));
-        odd[r] = hn::Add(odd[r], hn::Mul(hn::Set(dc, a[r][c + 1]), c1));
-      }
-    }
-    for (int r = 0; r < nr; ++r) hn::StoreU(hn::Add(even[r], odd[r]), dc, out + size_t(r) * out_stride + j0);
-  }
-}
-
-void LutCentroidFold(const float* HWY_RESTRICT acc, size_t acc_stride, int n_q, int n_sub, int sub,
-                     const float* HWY_RESTRICT codebook, float* HWY_RESTRICT out, size_t out_stride) {
-  for (int r0 = 0; r0 < n_q; r0 += 4) {
-    const int nr = std::min(4, n_q - r0);
-    for (int s = 0; s < n_sub; ++s) {
-      const float* as = acc + size_t(r0) * acc_stride + size_t(s) * kLutCentroids;
-      const float* cb = codebook + size_t(s) * kLutCentroids * size_t(sub);
-      float* os = out + size_t(r0) * out_stride + size_t(s) * size_t(sub);
-      int j = 0;
-      for (; j + 16 <= sub; j += 16) FoldColumns<16>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
-      for (; j + 8 <= sub; j += 8) FoldColumns<8>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
-      for (; j + 4 <= sub; j += 4) FoldColumns<4>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
-      for (; j < sub; ++j) FoldColumns<1>(as, acc_stride, nr, cb + j, sub, os + j, out_stride);
     }
   }
 }
@@ -418,15 +440,12 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
   std::vector<float> table(size_t(n_sub) * kLutCentroids), lo(static_cast<size_t>(n_sub));
   HWY_DYNAMIC_DISPATCH(LutU8Prepare)(centroids_t, n_sub, sub, y, table.data(), lo.data(), state);
 }
-HWY_EXPORT(LutCentroidFold);
-void lut_centroid_fold(const float* acc, size_t acc_stride, int n_q, int n_sub, int sub, const float* codebook,
-                       float* out, size_t out_stride) {
-  HWY_DYNAMIC_DISPATCH(LutCentroidFold)(acc, acc_stride, n_q, n_sub, sub, codebook, out, out_stride);
-}
-HWY_EXPORT(LutCentroidWeights);
-void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,
-                          size_t block_bytes, int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
-  HWY_DYNAMIC_DISPATCH(LutCentroidWeights)(w, w_stride, n_q, n_sub, blocks, block_bytes, i0, i1, acc, acc_stride);
+HWY_EXPORT(LutCentroidAccumulate);
+void lut_centroid_accumulate(const float* w, size_t w_stride, int n_q, int n_sub, int sub, const float* codebook,
+                             const uint8_t* blocks, size_t block_bytes, int64_t i0, int64_t i1, float* acc,
+                             size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(LutCentroidAccumulate)(w, w_stride, n_q, n_sub, sub, codebook, blocks, block_bytes, i0, i1, acc,
+                                              acc_stride);
 }
 }  // namespace vq::kv
 #endif

@@ -36,23 +36,24 @@ inline float lut_u8_step(const float* state) { return state[1]; }
 // every target.
 void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state);
 
-// Values as centroid weights: acc[r * acc_stride + s * 256 + c] += the sum of w[r * w_stride +
-// (i - i0)] over the tokens i in [i0, i1) whose index of sub-vector s is c, for the n_q rows and
-// a run of blocks laid out as above. Four rows at a time, one 16-byte add per token and
-// sub-vector into a table of [centroid][row] sums (eight sub-vectors' tables, 32 KB, stay in L1)
-// that is added to the rows' accumulators once per pass of kLutWeightRun tokens: a quarter of the
-// stores of adding row by row. The fold is a fixed cost per pass, so the value codec asks the
-// attention loop for runs this long (ValueCodec::preferred_run_tokens).
+// Values from their centroid indices, into rows of d = n_sub * sub floats: acc[r * acc_stride +
+// s * sub + j] += the sum over the tokens i in [i0, i1) of w[r * w_stride + (i - i0)] *
+// codebook[(s * 256 + c_s(i)) * sub + j], c_s(i) token i's index of sub-vector s, for the n_q rows
+// and a run of blocks laid out as above. A run of at least kLutSumsMinTokens tokens adds each
+// token's attention weight to its centroids first: four rows at a time, one 16-byte add per
+// token and sub-vector into a table of [centroid][row] sums (eight sub-vectors' tables, 32 KB,
+// stay in L1), each table then multiplied through its codebook once per pass of kLutWeightRun
+// tokens (two partial sums, even and odd centroids, each in centroid order). That product is a
+// fixed cost per pass, so the value codec asks the attention loop for runs this long
+// (ValueCodec::preferred_run_tokens). Shorter runs (prefill's tiles) decode each token's value
+// and add it times each row's weight. Multiplies and adds are kept apart and every sum runs in a
+// fixed order: the same bits on every target.
 constexpr int kLutWeightRun = 4096;
-void lut_centroid_weights(const float* w, size_t w_stride, int n_q, int n_sub, const uint8_t* blocks,
-                          size_t block_bytes, int64_t i0, int64_t i1, float* acc, size_t acc_stride);
-// The values a row's centroid weights stand for: out[r * out_stride + s * sub + j] = sum over c of
-// acc[r * acc_stride + s * 256 + c] * codebook[(s * 256 + c) * sub + j], for sub = 4, 8 or 16.
-// Each sum runs as two partial sums, even and odd c, each in c order, then even + odd, with
-// multiplies and adds kept apart: the same bits on every target. Four rows at a time share
-// each centroid's load.
-void lut_centroid_fold(const float* acc, size_t acc_stride, int n_q, int n_sub, int sub, const float* codebook,
-                       float* out, size_t out_stride);
+constexpr int64_t kLutSumsMinTokens = 512;
+constexpr int kLutMaxDim = 4096;
+void lut_centroid_accumulate(const float* w, size_t w_stride, int n_q, int n_sub, int sub, const float* codebook,
+                             const uint8_t* blocks, size_t block_bytes, int64_t i0, int64_t i1, float* acc,
+                             size_t acc_stride);
 // out[r * out_stride + (i - i0)] = the score of token i in [i0, i1) of a run of blocks of
 // `block_bytes` bytes (the indices at the start of each block), for the n_q rows whose states
 // lie state_floats apart. The AVX-512 VBMI target looks the bytes up 64 tokens at a time (vpermi2b,

@@ -96,24 +96,17 @@ class ValueCodec {
   virtual void decode(const uint8_t* block, int64_t pos0, float* values) const = 0;
 
   // Attention keeps, per query, an accumulator of accum_floats() floats in the codec's own
-  // space (for a rotated codec the rotated space; for a vector quantizer one weight per
-  // centroid) and maps it back to head_dim values once at the end with `finalize`.
+  // space (for a rotated codec the rotated space, plus whatever side sums the codec keeps) and
+  // maps it back to head_dim values once at the end with `finalize`.
   virtual size_t accum_floats() const = 0;
   // acc[r * accum_floats() + ...] += sum over i in [i0, i1) of w[r * w_stride + (i - i0)] * v_i.
   virtual void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks,
                           int64_t pos0, int64_t i0, int64_t i1, float* acc) const = 0;
   // out[r * head_dim + j] = the head_dim values the accumulator of query r stands for.
   virtual void finalize(const float* acc, int n_q, float* out) const = 0;
-  // Whether attention should finalize each work item's accumulator before merging the items
-  // (finalize is linear, so both orders give the same values up to rounding). Worth it when the
-  // accumulator is much larger than head_dim and finalize is cheap for its size: VecInfer's
-  // weight per centroid is 32 times head_dim, and merging 8 chunks of it per head from L3 cost
-  // more than 8 folds through the codebook. Codecs whose finalize is a dense product (a sketch
-  // or basis transpose) keep the default and finalize once per step.
-  virtual bool finalize_before_merge() const { return false; }
   // Tokens per `accumulate` call the attention loop should give in decode (it gives at least
-  // 256): a codec whose every call pays a fixed cost (VecInfer folds a table of centroid sums
-  // into the rows' accumulators) asks for longer runs. 0: no preference.
+  // 256): a codec whose every call pays a fixed cost (VecInfer multiplies its tables of
+  // centroid sums through the codebook) asks for longer runs. 0: no preference.
   virtual int64_t preferred_run_tokens() const { return 0; }
 };
 

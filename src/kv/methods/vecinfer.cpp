@@ -15,11 +15,12 @@
 // Scoring is the lookup-table form: once per step and query head, the table of <q'_s, c> for every
 // sub-vector s and centroid c (q' = H D (lambda * q), so q.k = q'.(H D (k / lambda))), quantized to
 // bytes (vq_kernels.h: lut_u8_prepare); a token's score is then bias + step * the sum of its
-// n_sub table bytes (lut_u8_scores: vpermi2b lookups of 64 tokens on AVX-512 VBMI). Values
-// accumulate each token's attention weight on its centroids (an accumulator of n_sub * 2^vbits
-// floats per query row, filled four rows at a time by lut_centroid_weights, which asks for runs of
-// kLutWeightRun tokens) and multiply the codebook once per attention work item
-// (lut_centroid_fold; a chunk of 4096 positions in decode); the rotation is undone there too.
+// n_sub table bytes (lut_u8_scores: vpermb or vpermi2b lookups of 64 tokens on AVX-512 VBMI).
+// Values accumulate each token's attention weight on its centroids (tables of per-centroid sums,
+// four query rows at a time) and multiply the codebook once per run of kLutWeightRun tokens, the
+// run length the codec asks attention for (lut_centroid_accumulate; short runs, prefill's tiles,
+// add decoded values instead); the accumulator is head_dim floats per row in the rotated space,
+// and finalize undoes the rotation.
 //
 // Deviations, stated: the smoothing rule (square root of the channel's maximum magnitude) and the
 // rotation seed shared by all layers (calibration sees a layer's samples without its index) are
@@ -262,16 +263,14 @@ class VecInferValueCodec final : public ValueCodec {
       }
     }
   }
-  size_t accum_floats() const override { return size_t(book_.n_sub()) * kCentroids; }
+  size_t accum_floats() const override { return size_t(d_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc) const override {
-    lut_centroid_weights(w, w_stride, n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, acc, accum_floats());
+    lut_centroid_accumulate(w, w_stride, n_q, book_.n_sub(), book_.sub(), book_.at(0, 0), blocks, block_bytes(), i0,
+                            i1, acc, size_t(d_));
   }
   int64_t preferred_run_tokens() const override { return kLutWeightRun; }
-  bool finalize_before_merge() const override { return true; }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    lut_centroid_fold(acc, accum_floats(), n_q, book_.n_sub(), book_.sub(), book_.at(0, 0), out, size_t(d_));
-  }
+  void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }
 
  private:
   int d_;

@@ -80,30 +80,36 @@ TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
   lut_u8_scores_use_vpermb(chosen);
 }
 
-void check_centroid_weights(const std::string& spec) {
-  const int d = 128;
+// A codec's accumulation over tokens [i0, mid) (one call) and then [mid, i1) (another), for 5
+// query rows (a group of four and one alone), finalized: within float rounding of the sum of
+// weight times decoded value in double, and the same bits on every target.
+void check_value_accumulation(const std::string& spec, int64_t i0, int64_t mid, int64_t i1) {
+  const int d = 128, n_q = 5;
   const Calibrated c = calibrated(spec, d);
   const auto vc = c.method.values().value_codec(c.ctx());
-  const int n_q = 5, n_sub = int(vc->accum_floats() / kLutCentroids);
-  const int64_t i0 = 9, i1 = kLutWeightRun + 100, n = i1 - i0;
-  const Encoded e = encode_run(*vc, make_data(Data::kOutliers, kLutWeightRun + 128, d, 40), 0);
+  const int64_t n = i1 - i0, tokens = (i1 + kLutBlockTokens - 1) / kLutBlockTokens * kLutBlockTokens;
+  const Encoded e = encode_run(*vc, make_data(Data::kOutliers, int(tokens), d, 40), 0);
+  std::vector<float> decoded(size_t(tokens) * d);
+  for (int64_t b = 0; b < tokens / kLutBlockTokens; ++b) {
+    vc->decode(e.bytes.data() + size_t(b) * vc->block_bytes(), b * kLutBlockTokens,
+               decoded.data() + size_t(b) * kLutBlockTokens * d);
+  }
   const auto w = make_data(Data::kGaussian, n_q, int(n), 41);
   std::vector<float> first;
   const int tried = for_each_supported_target([&] {
-    std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.5f);
-    vc->accumulate(w.data(), size_t(n), n_q, e.bytes.data(), 0, i0, i1, acc.data());
+    std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.0f), out(size_t(n_q) * d);
+    vc->accumulate(w.data(), size_t(n), n_q, e.bytes.data(), 0, i0, mid, acc.data());
+    vc->accumulate(w.data() + (mid - i0), size_t(n), n_q, e.bytes.data(), 0, mid, i1, acc.data());
+    vc->finalize(acc.data(), n_q, out.data());
     for (int r = 0; r < n_q; ++r) {
-      for (int s = 0; s < n_sub; ++s) {
-        std::vector<double> ref(kLutCentroids, 0.5), mag(kLutCentroids, 0.5);
+      for (int j = 0; j < d; ++j) {
+        double ref = 0, mag = 0;
         for (int64_t t = i0; t < i1; ++t) {
-          const double wt = w[size_t(r) * n + size_t(t - i0)];
-          ref[index_of(e, vc->block_bytes(), t, s)] += wt;
-          mag[index_of(e, vc->block_bytes(), t, s)] += std::fabs(wt);
+          const double x = double(w[size_t(r) * n + size_t(t - i0)]) * decoded[size_t(t) * d + size_t(j)];
+          ref += x;
+          mag += std::fabs(x);
         }
-        for (int k = 0; k < kLutCentroids; ++k) {
-          ASSERT_NEAR(acc[size_t(r) * vc->accum_floats() + size_t(s) * kLutCentroids + k], ref[k], 1e-6 * mag[k])
-              << "row " << r << " sub-vector " << s << " centroid " << k;
-        }
+        ASSERT_NEAR(out[size_t(r) * d + size_t(j)], ref, 2e-6 * mag + 1e-9) << "row " << r << " coordinate " << j;
       }
     }
     if (first.empty()) {
@@ -115,70 +121,90 @@ void check_centroid_weights(const std::string& spec) {
   EXPECT_GE(tried, 2);
 }
 
-// Values: each centroid's weight is the sum of the weights of the tokens that chose it, for 5
-// query rows (a group of four and one alone) over a range longer than the kernel's pass
-// (kLutWeightRun tokens) that starts and ends inside a block, the same bits on every target; 16,
-// 4 and 2 sub-vectors (the kernel's groups of eight, of four, and the rest).
-TEST(Method_vecinfer, CentroidWeightsIdenticalOnEveryTarget) {
+// Values: a run long enough for the per-centroid sums (longer than their pass of kLutWeightRun
+// tokens, starting and ending inside a block) and then a short one (decoded values), for 16, 4
+// and 2 sub-vectors (the sums' groups of eight, of four, and the rest).
+TEST(Method_vecinfer, ValueAccumulationOnEveryTarget) {
   for (const char* spec : {"vecinfer", "vecinfer:vsub=32", "vecinfer:vsub=64"}) {
     SCOPED_TRACE(spec);
-    check_centroid_weights(spec);
+    check_value_accumulation(spec, 9, kLutWeightRun + 100, kLutWeightRun + 300);
+    check_value_accumulation(spec, 70, 90, kLutSumsMinTokens + 90);  // short, then just long enough
   }
 }
 
-// Finalize folds a row's centroid weights through the codebook: each output is the even-c and the
-// odd-c partial sums, each in c order, added last (checked to the bit against that loop in
-// scalar code), within float rounding of a double sum, the same bits on every target; sub-vector
-// widths that take 16-, 8-, 4- and 1-lane columns, and row counts around the kernel's four.
-TEST(Method_vecinfer, CentroidFoldIdenticalOnEveryTarget) {
+// lut_centroid_accumulate to the bit against scalar loops of its stated arithmetic: a long run
+// adds each token's weight to its centroid's sum in token order, then adds the even-c and the
+// odd-c partial sums of weight times centroid (each in c order) to the accumulator; a short run
+// adds weight times centroid token by token. Sub-vector widths that take 16-, 8-, 4- and 1-lane
+// columns, row counts around the kernel's four, the same bits on every target.
+TEST(Method_vecinfer, CentroidAccumulateExactOnEveryTarget) {
   Rng rng(9);
-  for (int sub : {3, 4, 8, 12, 16, 32}) {
+  constexpr int B = kLutBlockTokens;
+  for (int sub : {1, 3, 4, 8, 12, 16, 32}) {
     const int n_sub = 2, d = n_sub * sub;
     std::vector<float> book(size_t(n_sub) * kLutCentroids * sub);
     for (float& x : book) x = float(rng.normal());
+    const int64_t tokens = 640;
+    const size_t bb = size_t(n_sub) * B;
+    std::vector<uint8_t> blocks(size_t(tokens / B) * bb);
+    for (auto& x : blocks) x = uint8_t(rng.next_u64());
+    const auto idx = [&](int64_t t, int s) { return blocks[size_t(t / B) * bb + size_t(s) * B + size_t(t % B)]; };
     for (int n_q : {1, 4, 5}) {
-      const size_t acc_stride = size_t(n_sub) * kLutCentroids + 3;
-      std::vector<float> acc(size_t(n_q) * acc_stride);
-      for (float& x : acc) x = float(rng.normal());
-      std::vector<float> expect(size_t(n_q) * d);
-      for (int r = 0; r < n_q; ++r) {
-        for (int s = 0; s < n_sub; ++s) {
-          for (int j = 0; j < sub; ++j) {
-            float even = 0, odd = 0;
-            double exact = 0, mag = 0;
-            for (int c = 0; c < kLutCentroids; ++c) {
-              const float a = acc[size_t(r) * acc_stride + size_t(s) * kLutCentroids + c];
-              const float b = book[(size_t(s) * kLutCentroids + c) * sub + j];
-              (c % 2 ? odd : even) += a * b;
-              exact += double(a) * b;
-              mag += std::fabs(double(a) * b);
+      for (const auto& [i0, i1] : {std::pair<int64_t, int64_t>{3, 3 + kLutSumsMinTokens}, {5, 200}}) {
+        const int64_t n = i1 - i0;
+        const size_t acc_stride = size_t(d) + 3;
+        std::vector<float> w(size_t(n_q) * size_t(n)), start(size_t(n_q) * acc_stride);
+        for (float& x : w) x = float(rng.uniform());
+        for (float& x : start) x = float(rng.normal());
+        std::vector<float> expect = start;
+        for (int r = 0; r < n_q; ++r) {
+          float* e = expect.data() + size_t(r) * acc_stride;
+          const float* wr = w.data() + size_t(r) * size_t(n);
+          if (n >= kLutSumsMinTokens) {
+            for (int s = 0; s < n_sub; ++s) {
+              std::vector<float> sums(kLutCentroids, 0.0f);
+              for (int64_t t = i0; t < i1; ++t) sums[idx(t, s)] += wr[t - i0];
+              for (int j = 0; j < sub; ++j) {
+                float even = 0, odd = 0;
+                for (int c = 0; c < kLutCentroids; ++c) {
+                  (c % 2 ? odd : even) += sums[size_t(c)] * book[(size_t(s) * kLutCentroids + c) * sub + j];
+                }
+                e[s * sub + j] += even + odd;
+              }
             }
-            expect[size_t(r) * d + s * sub + j] = even + odd;
-            EXPECT_NEAR(even + odd, exact, 1e-5 * mag);
+          } else {
+            for (int64_t t = i0; t < i1; ++t) {
+              for (int s = 0; s < n_sub; ++s) {
+                for (int j = 0; j < sub; ++j) {
+                  e[s * sub + j] += wr[t - i0] * book[(size_t(s) * kLutCentroids + idx(t, s)) * sub + j];
+                }
+              }
+            }
           }
         }
+        const int tried = for_each_supported_target([&] {
+          std::vector<float> acc = start;
+          lut_centroid_accumulate(w.data(), size_t(n), n_q, n_sub, sub, book.data(), blocks.data(), bb, i0, i1,
+                                  acc.data(), acc_stride);
+          EXPECT_EQ(std::memcmp(acc.data(), expect.data(), acc.size() * 4), 0)
+              << "sub " << sub << ", " << n_q << " rows, tokens " << i0 << " to " << i1;
+        });
+        EXPECT_GE(tried, 2);
       }
-      const int tried = for_each_supported_target([&] {
-        std::vector<float> out(size_t(n_q) * d, -1.0f);
-        lut_centroid_fold(acc.data(), acc_stride, n_q, n_sub, sub, book.data(), out.data(), size_t(d));
-        EXPECT_EQ(std::memcmp(out.data(), expect.data(), out.size() * 4), 0) << "sub " << sub << ", " << n_q << " rows";
-      });
-      EXPECT_GE(tried, 2);
     }
   }
 }
 
-// Attention over three position chunks of a decode step, where each work item folds its own
-// centroid weights through the codebook before the chunks merge (finalize_before_merge): the
-// fused output stays near the reference (decoded keys and values, softmax in double), and is the
-// same at one and two threads. A small score scale keeps the byte tables' score rounding from
-// moving the weights (at scale 0.3 it alone gave errors up to 4.5e-2, with or without the early
-// fold); a chunk lost or counted twice would move the output by about its own size.
-TEST(Method_vecinfer, ChunkedDecodeFinalizesEachItem) {
+// Attention over three position chunks of a decode step (each work item multiplies its centroid
+// sums through the codebook, then the chunks merge): the fused output stays near the reference
+// (decoded keys and values, softmax in double), and is the same at one and two threads. A small
+// score scale keeps the byte tables' score rounding from moving the weights (at scale 0.3 it
+// alone gave errors up to 4.5e-2); a chunk lost or counted twice would move the output by about
+// its own size.
+TEST(Method_vecinfer, ChunkedDecodeMergesItems) {
   const int d = 128, T = 9000, q_heads = 4;
   const Calibrated c = calibrated("vecinfer:residual=16", d);
   LayerCache cache(c.method, LayerConfig(1, d, 0, 0, neox()));
-  ASSERT_TRUE(cache.value_codec(0).finalize_before_merge());
   const auto k = make_data(Data::kOutliers, T, d, 50), v = make_data(Data::kGaussian, T, d, 51);
   cache.append(k.data(), v.data(), T);
   const auto q = make_data(Data::kGaussian, q_heads, d, 52);
