@@ -1,6 +1,8 @@
 // Report the dispatched Highway target (e.g. AVX3, AVX2, EMU128).
 #include "src/core/simd.h"
 
+#include <unistd.h>
+
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 
@@ -24,6 +26,14 @@ bool cpu_is_intel() {
 #else
   return false;
 #endif
+}
+
+size_t l1_data_cache_bytes() {
+  static const size_t bytes = [] {
+    const long v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return v > 0 ? size_t(v) : size_t(32768);
+  }();
+  return bytes;
 }
 
 }  // namespace vq

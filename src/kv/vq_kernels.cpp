@@ -285,7 +285,7 @@ void LutCentroidAccumulate(const float* HWY_RESTRICT w, size_t w_stride, int n_q
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// Rows r .. r + NR - 1 of lut_u8_scores (NR = 1 or 2), 64 tokens per vector. A sub-vector's
+// Rows r .. r + NR - 1 of lut_u8_scores (NR = 1, 2 or 4), 64 tokens per vector. A sub-vector's
 // 256-byte table is four registers; vpermi2b looks up entries 0-127 and 128-255 by the low 7 bits
 // of each index byte, and the index's top bit picks between them. The looked-up bytes are summed
 // as 16-bit lanes without widening (FAISS's fast-scan trick): `all` adds the vector as 16-bit
@@ -293,11 +293,11 @@ void LutCentroidAccumulate(const float* HWY_RESTRICT w, size_t w_stride, int n_q
 // all - 256 * odd exactly while the even sum stays below 2^16 (at most 256 sub-vectors of 255
 // each). Batches of 256 sub-vectors add in 32 bits.
 //
-// Two rows share each index load and its top-bit mask. In attention the first pass over a run
-// pulls the indices from memory, and a pair of rows keeps more lookups in flight behind those
-// loads: scores per 4096-token item of four rows took 26-28 us in place of 31-35 us (calls of the
-// two kernels interleaved in one attn-bench process, four runs). Four rows at a time is slower:
-// their tables (4 x 8 KB at 32 sub-vectors) fill L1.
+// Rows share each index load and its top-bit mask. In attention the first pass over a run pulls
+// the indices from memory, and a pair of rows keeps more lookups in flight behind those loads:
+// scores per 4096-token item of four rows took 26-28 us in place of 31-35 us on the Zen 4 (calls
+// of the two kernels interleaved in one attn-bench process, four runs). Four rows at a time
+// share them further where their tables fit L1 beside the streams (LutU8QuadRowsFit).
 // `fetch`: this pass is the first over the run, so it asks for the indices ahead (later passes find
 // them in L2). kByteShuffles: each 128-entry half is two vpermb (64 entries) and a blend by the
 // index's bit 6 instead of one vpermi2b (lut_u8_scores_use_vpermb); the same bytes.
@@ -376,6 +376,16 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
 }
 #endif
 
+// Whether four rows' tables (n_sub x 256 bytes each) take at most two thirds of L1, leaving the
+// rest to the index bytes and score tiles streaming past: then a pass takes four rows per load
+// of the indices instead of two. On the 2-vCPU Xeon (48 KB L1, 32 KB of tables at ksub = 4,
+// d = 128), in attention with the two forms alternated call by call, two runs: 21.7 -> 18.9 and
+// 22.1 -> 19.0 us per 4096 tokens of four rows. On the Zen 4 measured earlier (32 KB L1) four
+// rows at that size were slower (25 us against 17-18).
+bool LutU8QuadRowsFit(int n_sub) {
+  return size_t(4) * size_t(n_sub) * kLutCentroids * 3 <= 2 * l1_data_cache_bytes();
+}
+
 // See lut_u8_scores in vq_kernels.h.
 void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub, const uint8_t* HWY_RESTRICT blocks,
                  size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
@@ -384,6 +394,12 @@ void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub
   const auto rows = vpermb ? &LutU8ScoresRows<2, true> : &LutU8ScoresRows<2, false>;
   const auto row = vpermb ? &LutU8ScoresRows<1, true> : &LutU8ScoresRows<1, false>;
   int r = 0;
+  if (LutU8QuadRowsFit(n_sub)) {
+    const auto quad = vpermb ? &LutU8ScoresRows<4, true> : &LutU8ScoresRows<4, false>;
+    for (; r + 4 <= n_q; r += 4) {
+      quad(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
+    }
+  }
   for (; r + 2 <= n_q; r += 2) {
     rows(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
   }
