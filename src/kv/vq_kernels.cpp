@@ -453,7 +453,10 @@ void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub,
 
 HWY_EXPORT(LutU8Prepare);
 void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state) {
-  std::vector<float> table(size_t(n_sub) * kLutCentroids), lo(static_cast<size_t>(n_sub));
+  // Per-thread scratch kept across calls (once per step and query row, 32 KB at 32 sub-vectors).
+  thread_local std::vector<float> table, lo;
+  if (table.size() < size_t(n_sub) * kLutCentroids) table.resize(size_t(n_sub) * kLutCentroids);
+  if (lo.size() < size_t(n_sub)) lo.resize(size_t(n_sub));
   HWY_DYNAMIC_DISPATCH(LutU8Prepare)(centroids_t, n_sub, sub, y, table.data(), lo.data(), state);
 }
 HWY_EXPORT(LutCentroidAccumulate);
