@@ -43,11 +43,11 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
 // token's attention weight to its centroids first: four rows at a time, one 16-byte add per
 // token and sub-vector into a table of [centroid][row] sums (eight sub-vectors' tables, 32 KB,
 // stay in L1), each table then multiplied through its codebook once per pass of kLutWeightRun
-// tokens (two partial sums, even and odd centroids, each in centroid order). That product is a
-// fixed cost per pass, so the value codec asks the attention loop for runs this long
-// (ValueCodec::preferred_run_tokens). Shorter runs (prefill's tiles) decode each token's value
-// and add it times each row's weight. Multiplies and adds are kept apart and every sum runs in a
-// fixed order: the same bits on every target.
+// tokens (two partial sums, even and odd centroids, each in centroid order by fused
+// multiply-adds, std::fma on targets without them). That product is a fixed cost per pass, so the
+// value codec asks the attention loop for runs this long (ValueCodec::preferred_run_tokens).
+// Shorter runs (prefill's tiles) decode each token's value and add it times each row's weight,
+// multiplies and adds kept apart. Every sum runs in a fixed order: the same bits on every target.
 constexpr int kLutWeightRun = 4096;
 constexpr int64_t kLutSumsMinTokens = 512;
 constexpr int kLutMaxDim = 4096;

@@ -134,7 +134,8 @@ TEST(Method_vecinfer, ValueAccumulationOnEveryTarget) {
 
 // lut_centroid_accumulate to the bit against scalar loops of its stated arithmetic: a long run
 // adds each token's weight to its centroid's sum in token order, then adds the even-c and the
-// odd-c partial sums of weight times centroid (each in c order) to the accumulator; a short run
+// odd-c partial sums of weight times centroid (each in c order, fused multiply-adds) to the
+// accumulator; a short run
 // adds weight times centroid token by token. Sub-vector widths that take 16-, 8-, 4- and 1-lane
 // columns, row counts around the kernel's four, the same bits on every target.
 TEST(Method_vecinfer, CentroidAccumulateExactOnEveryTarget) {
@@ -167,7 +168,8 @@ TEST(Method_vecinfer, CentroidAccumulateExactOnEveryTarget) {
               for (int j = 0; j < sub; ++j) {
                 float even = 0, odd = 0;
                 for (int c = 0; c < kLutCentroids; ++c) {
-                  (c % 2 ? odd : even) += sums[size_t(c)] * book[(size_t(s) * kLutCentroids + c) * sub + j];
+                  float& part = c % 2 ? odd : even;
+                  part = std::fma(sums[size_t(c)], book[(size_t(s) * kLutCentroids + c) * sub + j], part);
                 }
                 e[s * sub + j] += even + odd;
               }
