@@ -66,13 +66,16 @@ int NearestCentroid(const float* HWY_RESTRICT ct, const float* HWY_RESTRICT norm
   return idx;
 }
 
-// See lut_u8_prepare in vq_kernels.h. table: n_sub * 256 floats of scratch; lo: n_sub floats.
-void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT y,
-                  float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT state) {
+// The float tables of lut_u8_prepare, T[s][c] = <y_s, c> with the sub coordinates' products added
+// j = 0, 1, ..., and each sub-vector's smallest entry, the widest range and the sum of the
+// smallest entries. kSub: the sub-vector length known at compile time (the dot products then
+// unroll), or 0.
+template <int kSub>
+void LutFloatTables(const float* HWY_RESTRICT ct, int n_sub, int sub_rt, const float* HWY_RESTRICT y,
+                    float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* range, double* bias) {
   const DF df;
   const int N = int(hn::Lanes(df));
-  float range = 0;
-  double bias = 0;
+  const int sub = kSub ? kSub : sub_rt;
   for (int s = 0; s < n_sub; ++s) {
     const float* cs = ct + size_t(s) * sub * kLutCentroids;
     const float* ys = y + size_t(s) * sub;
@@ -87,11 +90,38 @@ void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float*
       vmax = hn::Max(vmax, dot);
     }
     lo[s] = hn::GetLane(hn::MinOfLanes(df, vmin));
-    range = std::max(range, hn::GetLane(hn::MaxOfLanes(df, vmax)) - lo[s]);
-    bias += lo[s];
+    *range = std::max(*range, hn::GetLane(hn::MaxOfLanes(df, vmax)) - lo[s]);
+    *bias += lo[s];
+  }
+}
+
+// The bytes of N floats that are whole numbers in [0, 255]. On AVX-512 a truncating conversion
+// and one saturating narrowing (vpmovusdb); elsewhere Highway's conversion and demotion, which
+// also guard against values out of range that cannot occur here. The same bytes either way.
+template <class D8>
+HWY_INLINE void StoreWholeBytes(hn::Vec<DF> v, D8 du8, uint8_t* HWY_RESTRICT p) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)du8;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtusepi32_epi8(_mm512_cvttps_epi32(v.raw)));
+#else
+  hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(DI(), v)), du8, p);
+#endif
+}
+
+// See lut_u8_prepare in vq_kernels.h. table: n_sub * 256 floats of scratch; lo: n_sub floats.
+void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT y,
+                  float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT state) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  float range = 0;
+  double bias = 0;
+  switch (sub) {
+    case 2: LutFloatTables<2>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
+    case 4: LutFloatTables<4>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
+    case 8: LutFloatTables<8>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
+    default: LutFloatTables<0>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
   }
   const float inv = range > 0 ? 255.0f / range : 0.0f;
-  const DI di;
   const hn::Rebind<uint8_t, DI> du8;
   uint8_t* u = reinterpret_cast<uint8_t*>(state + kLutHeaderFloats);
   const auto zero = hn::Zero(df), top = hn::Set(df, 255.0f), vinv = hn::Set(df, inv);
@@ -101,7 +131,7 @@ void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float*
       const size_t at = size_t(s) * kLutCentroids + size_t(c);
       const auto x = hn::Round(hn::Mul(hn::Sub(hn::LoadU(df, table + at), vlo), vinv));
       const auto v = hn::Min(hn::Max(hn::IfThenElseZero(hn::Eq(x, x), x), zero), top);  // NaN (a NaN query) -> 0
-      hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, v)), du8, u + at);
+      StoreWholeBytes(v, du8, u + at);
     }
   }
   std::fill_n(state, kLutHeaderFloats, 0.0f);

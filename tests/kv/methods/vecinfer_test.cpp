@@ -5,6 +5,7 @@
 // file; the codec refuses to run uncalibrated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,6 +79,53 @@ TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
     }
   }
   lut_u8_scores_use_vpermb(chosen);
+}
+
+// A query row's byte tables, to the bit against scalar loops of lut_u8_prepare's arithmetic: the
+// float table T[s][c] = y_s0 * c_0 + y_s1 * c_1 + ... (multiplies and adds apart, in that order),
+// each sub-vector's smallest entry lo_s, step = the widest range / 255, each byte round((T - lo_s)
+// * (255 / range)) to even and clamped to [0, 255], bias = the sum of the lo_s in double; for
+// sub-vector lengths the kernel unrolls (2, 4, 8) and one it does not (3), on every target.
+TEST(Method_vecinfer, PreparedByteTablesExactOnEveryTarget) {
+  Rng rng(12);
+  for (int sub : {2, 3, 4, 8}) {
+    const int n_sub = 6;
+    std::vector<float> ct(size_t(n_sub) * sub * kLutCentroids), y(size_t(n_sub) * sub);
+    for (float& x : ct) x = float(rng.normal());
+    for (float& x : y) x = float(rng.normal());
+    std::vector<float> table(size_t(n_sub) * kLutCentroids);
+    std::vector<float> lo(static_cast<size_t>(n_sub));
+    float range = 0;
+    double bias = 0;
+    for (int s = 0; s < n_sub; ++s) {
+      lo[size_t(s)] = std::numeric_limits<float>::infinity();
+      float hi = -lo[size_t(s)];
+      for (int c = 0; c < kLutCentroids; ++c) {
+        const float* cs = &ct[size_t(s) * sub * kLutCentroids];
+        float dot = y[size_t(s) * sub] * cs[c];
+        for (int j = 1; j < sub; ++j) dot = dot + y[size_t(s) * sub + j] * cs[size_t(j) * kLutCentroids + c];
+        table[size_t(s) * kLutCentroids + c] = dot;
+        lo[size_t(s)] = std::min(lo[size_t(s)], dot);
+        hi = std::max(hi, dot);
+      }
+      range = std::max(range, hi - lo[size_t(s)]);
+      bias += lo[size_t(s)];
+    }
+    const float inv = range > 0 ? 255.0f / range : 0.0f;
+    std::vector<uint8_t> want(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      const float x = std::nearbyint((table[i] - lo[i / kLutCentroids]) * inv);
+      want[i] = uint8_t(std::clamp(x, 0.0f, 255.0f));
+    }
+    const int tried = for_each_supported_target([&] {
+      std::vector<float> state(lut_u8_state_floats(n_sub), -1.0f);
+      lut_u8_prepare(ct.data(), n_sub, sub, y.data(), state.data());
+      EXPECT_EQ(std::memcmp(lut_u8_tables(state.data()), want.data(), want.size()), 0) << "sub " << sub;
+      EXPECT_EQ(lut_u8_bias(state.data()), float(bias)) << "sub " << sub;
+      EXPECT_EQ(lut_u8_step(state.data()), range / 255.0f) << "sub " << sub;
+    });
+    EXPECT_GE(tried, 2);
+  }
 }
 
 // A codec's accumulation over tokens [i0, mid) (one call) and then [mid, i1) (another), for 5
