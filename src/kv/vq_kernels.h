@@ -50,7 +50,7 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
 // multiplies and adds kept apart. Every sum runs in a fixed order: the same bits on every target.
 constexpr int kLutWeightRun = 4096;
 constexpr int64_t kLutSumsMinTokens = 512;
-constexpr int kLutMaxDim = 4096;
+constexpr int kLutMaxDim = 4096;  // the largest d the kernels take (a short run decodes a value into a stack row)
 void lut_centroid_accumulate(const float* w, size_t w_stride, int n_q, int n_sub, int sub, const float* codebook,
                              const uint8_t* blocks, size_t block_bytes, int64_t i0, int64_t i1, float* acc,
                              size_t acc_stride);

@@ -56,7 +56,7 @@ namespace {
 
 constexpr int kBlockTokens = kLutBlockTokens;  // 64
 constexpr int kCentroids = kLutCentroids;      // 256
-constexpr int kMaxDim = 4096;
+constexpr int kMaxDim = kLutMaxDim;  // the largest head (check_hadamard_dim), as the kernels assume
 constexpr int64_t kMaxSamples = 8192;  // vectors k-means learns from, per layer and side
 constexpr int kKmeansRounds = 16;
 
