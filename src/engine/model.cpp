@@ -1,11 +1,11 @@
-// Model loading: architecture dispatch and checked access to weight tensors.
+// Model loading: architecture dispatch, checked access to weight tensors, the tensors every
+// architecture shares, and the forward pass's frame (embedding, layers, output).
 #include "src/engine/model.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
-#include "src/engine/ops.h"
 #include "src/engine/quants.h"
 #include "veloxquant/error.h"
 
@@ -14,12 +14,21 @@ namespace vq::engine {
 std::unique_ptr<Model> Model::load(const std::string& path) { return load(GgufFile::open(path)); }
 
 std::unique_ptr<Model> Model::load(std::unique_ptr<GgufFile> f) {
-  const std::string& path = f->path();
   const std::string arch = f->get_string("general.architecture");
+  if (arch == "gemma2") return make_gemma2(std::move(f));
   if (arch == "gemma3") return make_gemma3(std::move(f));
-  if (arch == "llama" || arch == "qwen2") return make_llama(std::move(f));
-  throw_error(ErrorKind::kData,
-              fmt::format("{}: architecture '{}' is not supported (gemma3, llama and qwen2 are)", path, arch));
+  if (arch == "llama") return make_llama(std::move(f));
+  if (arch == "phi3") return make_phi3(std::move(f));
+  if (arch == "qwen2") return make_qwen2(std::move(f));
+  if (arch == "qwen3") return make_qwen3(std::move(f));
+  throw_error(ErrorKind::kData, fmt::format("{}: architecture '{}' is not supported (the engine runs {})", f->path(),
+                                            arch, supported_architectures_text()));
+}
+
+Model::Model(std::unique_ptr<GgufFile> f) : file_(std::move(f)) {
+  cfg_ = read_hparams(*file_);
+  tok_ = std::make_unique<Tokenizer>(*file_);
+  cfg_.n_vocab = tok_->n_vocab();
 }
 
 std::vector<kv::LayerConfig> Model::cache_layout() const {
@@ -29,8 +38,11 @@ std::vector<kv::LayerConfig> Model::cache_layout() const {
     kv::RopeSpec rope;
     rope.style = cfg_.rope_neox ? kv::RopeSpec::Style::kNeox : kv::RopeSpec::Style::kNorm;
     rope.base = swa ? cfg_.rope_base_swa : cfg_.rope_base;
-    rope.freq_scale = swa ? 1.0f : cfg_.rope_scale;
-    out.push_back({cfg_.n_head_kv, cfg_.head_dim, l, swa ? cfg_.sliding_window : 0, rope});
+    rope.freq_scale = swa ? cfg_.rope_scale_swa : cfg_.rope_scale;
+    rope.freq_factors = cfg_.rope_freq_factors;
+    kv::LayerConfig lc(cfg_.n_head_kv, cfg_.head_dim, l, swa ? cfg_.sliding_window : 0, rope);
+    lc.logit_softcap = cfg_.attn_softcap;
+    out.push_back(lc);
   }
   return out;
 }
@@ -46,18 +58,14 @@ kv::ModelIdentity Model::identity() const {
   return id;
 }
 
-void Model::validate_config() const {
-  const ModelConfig& c = cfg_;
-  const std::string& p = file_->path();
-  VQ_CHECK_DATA(c.n_ctx_train >= 1 && c.n_ctx_train <= (int64_t(1) << 30),
-                fmt::format("{}: context_length {} is out of range", p, c.n_ctx_train));
-  VQ_CHECK_DATA(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f && c.rms_eps < 1.0f,
-                fmt::format("{}: layer_norm_rms_epsilon {} is out of range", p, c.rms_eps));
-  for (float b : {c.rope_base, c.rope_base_swa, c.rope_scale}) {
-    VQ_CHECK_DATA(std::isfinite(b) && b > 0.0f, fmt::format("{}: RoPE base or scale {} is not a positive number", p, b));
-  }
-  VQ_CHECK_DATA(c.sliding_window >= 0 && c.sliding_window <= (1 << 30),
-                fmt::format("{}: sliding_window {} is out of range", p, c.sliding_window));
+void Model::forward(const int32_t* tokens, int n, int64_t pos0, kv::KvCache& cache, const uint8_t* want_logits,
+                    float* logits, Activations& act) const {
+  VQ_CHECK(int(cache.n_layers()) == cfg_.n_layer, "forward: cache has the wrong number of layers");
+  if (n <= 0) return;
+  act.reserve(cfg_, n);
+  embed_tokens(cfg_, embd_, tokens, n, pos0, act);
+  run_layers(n, cache, act);
+  output_logits(cfg_, out_norm_, out_, n, want_logits, act, logits);
 }
 
 Weight Model::weight(const std::string& name, int64_t rows, int64_t cols) const {
@@ -67,6 +75,10 @@ Weight Model::weight(const std::string& name, int64_t rows, int64_t cols) const 
   VQ_CHECK_DATA(is_supported_weight_type(t.type),
                 fmt::format("{}: tensor '{}' has unsupported type {}", file_->path(), name, ggml_type_info(t.type)->name));
   return Weight{t.type, rows, cols, t.data, row_bytes(t.type, cols)};
+}
+
+Weight Model::optional_weight(const std::string& name, int64_t rows, int64_t cols) const {
+  return file_->find_tensor(name) ? weight(name, rows, cols) : Weight{};
 }
 
 const float* Model::vector(const std::string& name, int64_t n) const {
@@ -82,17 +94,61 @@ const float* Model::vector(const std::string& name, int64_t n) const {
   return v;
 }
 
-void Model::output_logits(const std::vector<float>& x, int n, const uint8_t* want, const float* norm,
-                          const Weight& out, float* logits) const {
-  if (!want || !logits) return;
-  const int64_t E = cfg_.n_embd;
-  std::vector<float> rows;
-  for (int i = 0; i < n; ++i) {
-    if (want[i]) rows.insert(rows.end(), x.begin() + i * E, x.begin() + (i + 1) * E);
+const float* Model::optional_vector(const std::string& name, int64_t n) const {
+  return file_->find_tensor(name) ? vector(name, n) : nullptr;
+}
+
+LayerWeights Model::load_layer(int l) const {
+  const ModelConfig& c = cfg_;
+  const auto n = [l](const char* s) { return fmt::format("blk.{}.{}", l, s); };
+  const int64_t E = c.n_embd, F = c.n_ff;
+  const int64_t QD = int64_t(c.n_head) * c.head_dim, KD = int64_t(c.n_head_kv) * c.head_dim;
+  LayerWeights L;
+  L.attn_norm = vector(n("attn_norm.weight"), E);
+  L.attn_post_norm = optional_vector(n("post_attention_norm.weight"), E);
+  L.ffn_norm = vector(n("ffn_norm.weight"), E);
+  L.ffn_post_norm = optional_vector(n("post_ffw_norm.weight"), E);
+  L.q_norm = optional_vector(n("attn_q_norm.weight"), c.head_dim);
+  L.k_norm = optional_vector(n("attn_k_norm.weight"), c.head_dim);
+  L.wqkv = optional_weight(n("attn_qkv.weight"), QD + 2 * KD, E);
+  if (L.wqkv.data) {
+    L.bqkv = optional_vector(n("attn_qkv.bias"), QD + 2 * KD);
+  } else {
+    L.wq = weight(n("attn_q.weight"), QD, E);
+    L.wk = weight(n("attn_k.weight"), KD, E);
+    L.wv = weight(n("attn_v.weight"), KD, E);
+    L.bq = optional_vector(n("attn_q.bias"), QD);
+    L.bk = optional_vector(n("attn_k.bias"), KD);
+    L.bv = optional_vector(n("attn_v.bias"), KD);
   }
-  const int64_t n_out = int64_t(rows.size()) / E;
-  rms_norm(rows.data(), norm, n_out, E, cfg_.rms_eps, rows.data());
-  matmul(out, rows.data(), n_out, logits);
+  L.wo = weight(n("attn_output.weight"), E, QD);
+  L.bo = optional_vector(n("attn_output.bias"), E);
+  if (file_->find_tensor(n("ffn_gate.weight"))) {
+    L.gate = weight(n("ffn_gate.weight"), F, E);
+    L.up = weight(n("ffn_up.weight"), F, E);
+  } else {
+    L.gate_up = weight(n("ffn_up.weight"), 2 * F, E);
+  }
+  L.down = weight(n("ffn_down.weight"), E, F);
+  return L;
+}
+
+void Model::require(bool present, int l, const char* tensor) const {
+  VQ_CHECK_DATA(present, fmt::format("{}: {} needs tensor 'blk.{}.{}'", file_->path(), cfg_.arch, l, tensor));
+}
+
+void Model::load_common() {
+  const GgufFile& g = *file_;
+  embd_ = weight("token_embd.weight", cfg_.n_vocab, cfg_.n_embd);
+  out_ = g.find_tensor("output.weight") ? weight("output.weight", cfg_.n_vocab, cfg_.n_embd) : embd_;
+  out_norm_ = vector("output_norm.weight", cfg_.n_embd);
+  if (const float* f = optional_vector("rope_freqs.weight", cfg_.head_dim / 2)) {
+    for (int i = 0; i < cfg_.head_dim / 2; ++i) {
+      VQ_CHECK_DATA(f[i] > 0.0f, fmt::format("{}: rope_freqs holds a non-positive factor at {}", g.path(), i));
+    }
+    cfg_.rope_freq_factors.assign(f, f + cfg_.head_dim / 2);
+  }
+  for (int l = 0; l < cfg_.n_layer; ++l) layers_.push_back(load_layer(l));
 }
 
 }  // namespace vq::engine

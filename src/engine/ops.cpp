@@ -22,13 +22,14 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, f
 }
 
 namespace {
-// cos and sin of pos * freq_scale * base^(-2i/head_dim) for i < head_dim/2, the angle built by
-// repeated multiplication as ggml_rope_cache_init does.
-void rope_angles(int head_dim, int64_t pos, float base, float freq_scale, float* cs, float* sn) {
+// cos and sin of pos * freq_scale * base^(-2i/head_dim) / factors[i] for i < head_dim/2, the
+// angle built by repeated multiplication as ggml_rope_cache_init does.
+void rope_angles(int head_dim, int64_t pos, float base, float freq_scale, const float* factors, float* cs,
+                 float* sn) {
   const float theta_scale = std::pow(base, -2.0f / float(head_dim));
   float theta = float(pos);
   for (int i = 0; i < head_dim / 2; ++i) {
-    const float t = freq_scale * theta;
+    const float t = freq_scale * (factors ? theta / factors[i] : theta);
     cs[i] = std::cos(t);
     sn[i] = std::sin(t);
     theta *= theta_scale;
@@ -50,16 +51,18 @@ void rotate(float* x, int n_heads, int head_dim, const float* cs, const float* s
 }
 }  // namespace
 
-void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale,
+               const float* factors) {
   float cs[512], sn[512];
-  rope_angles(head_dim, pos, base, freq_scale, cs, sn);
+  rope_angles(head_dim, pos, base, freq_scale, factors, cs, sn);
   const int half = head_dim / 2;
   rotate(x, n_heads, head_dim, cs, sn, [half](int i) { return std::pair<int, int>(i, i + half); });
 }
 
-void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale) {
+void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale,
+               const float* factors) {
   float cs[512], sn[512];
-  rope_angles(head_dim, pos, base, freq_scale, cs, sn);
+  rope_angles(head_dim, pos, base, freq_scale, factors, cs, sn);
   rotate(x, n_heads, head_dim, cs, sn, [](int i) { return std::pair<int, int>(2 * i, 2 * i + 1); });
 }
 

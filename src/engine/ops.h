@@ -11,12 +11,15 @@ namespace vq::engine {
 void rms_norm(const float* x, const float* w, int64_t n, int64_t d, float eps, float* y);
 
 // NEOX-style rotary embedding of n_heads heads of head_dim at position pos, in place: dimension
-// pairs (i, i + head_dim/2) rotated by pos * freq_scale * base^(-2i/head_dim), the angle built by
-// repeated multiplication as ggml_rope_cache_init does.
-void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale);
+// pairs (i, i + head_dim/2) rotated by pos * freq_scale * base^(-2i/head_dim) / factors[i], the
+// angle built by repeated multiplication as ggml_rope_cache_init does. factors (head_dim/2
+// frequency divisors, Llama 3's rope_freqs) may be null: all 1.
+void rope_neox(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale,
+               const float* factors = nullptr);
 
 // Original (GPT-J / "NORM") rotary embedding: adjacent pairs (2i, 2i+1), as llama's rope type.
-void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale);
+void rope_norm(float* x, int n_heads, int head_dim, int64_t pos, float base, float freq_scale,
+               const float* factors = nullptr);
 
 // y[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)).
 void silu_mul(const float* gate, const float* up, int64_t n, float* y);

@@ -71,7 +71,7 @@ void Session::feed_select(const std::vector<int32_t>& tokens, const std::vector<
     int64_t k = 0;
     for (int i = 0; i < n; ++i) k += want[b + size_t(i)] ? 1 : 0;
     float* logits = out ? out->data() + written * V : nullptr;
-    model_.forward(tokens.data() + b, n, n_past_, cache_, want.data() + b, logits);
+    model_.forward(tokens.data() + b, n, n_past_, cache_, want.data() + b, logits, act_);
     // A NaN or Inf logit (from the weights or a cache method) would be sampled from silently.
     for (int64_t i = 0; logits && i < k * V; ++i) {
       if (!std::isfinite(logits[i])) {

@@ -37,6 +37,7 @@ class Session {
  private:
   const Model& model_;
   kv::KvCache cache_;
+  Activations act_;  // the forward pass's buffers, kept across calls
   int64_t n_ctx_;
   int ubatch_;
   int64_t n_past_ = 0;

@@ -62,6 +62,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   // Per-head codecs (when the method has them) share their shapes: S and A are those of head 0.
   const size_t S = key_codec(0).query_state_floats(), A = value_codec(0).accum_floats();
   const int64_t window = config_.sliding_window;
+  const float softcap = config_.logit_softcap;
 
   // Visible range of each query token.
   std::vector<int64_t> lo(static_cast<size_t>(n_q)), hi(static_cast<size_t>(n_q));
@@ -159,6 +160,14 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
         } else {
           half_scores(HalfKind::kF16, qh + size_t(r0) * d, nr, size_t(d),
                       ks.half + size_t(a - ks.pos_begin) * d, size_t(d), n, d, s0, size_t(T));
+        }
+        if (softcap > 0.0f) {
+          // As ggml: scale by 1/c, tanh, scale by c.
+          const float inv = 1.0f / softcap;
+          for (int r = r0; r < r1; ++r) {
+            float* row = sc + size_t(r) * T;
+            for (int64_t t = 0; t < n; ++t) row[t] = std::tanh(row[t] * inv) * softcap;
+          }
         }
         for (int r = r0; r < r1; ++r) {
           const int qi = (r_begin + r) / G;

@@ -71,6 +71,7 @@ void LayerCache::attend_reference(const float* q, int n_q, int n_q_heads, const 
                                   float scale, float* out) const {
   const int H = config_.n_kv_heads, d = config_.head_dim, G = n_q_heads / H;
   const int64_t window = config_.sliding_window;
+  const double cap = config_.logit_softcap;
   for (int h = 0; h < H; ++h) {
     std::vector<float> k, v;
     std::vector<int64_t> pos;
@@ -85,6 +86,7 @@ void LayerCache::attend_reference(const float* q, int n_q, int n_q_heads, const 
           if (pos[t] > q_pos[i] || (window > 0 && pos[t] <= q_pos[i] - window)) continue;
           double dot = 0;
           for (int j = 0; j < d; ++j) dot += double(qv[j] * scale) * k[t * d + j];
+          if (cap > 0) dot = cap * std::tanh(dot / cap);
           s[t] = dot;
           mx = std::max(mx, dot);
         }

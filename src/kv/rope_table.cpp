@@ -24,9 +24,12 @@ RopeTable::RopeTable(int head_dim, RopeSpec spec)
   VQ_CHECK(head_dim >= 2 && head_dim % 2 == 0, fmt::format("RoPE needs an even head size, not {}", head_dim));
   VQ_CHECK(std::isfinite(spec.base) && spec.base > 1.0f && std::isfinite(spec.freq_scale) && spec.freq_scale > 0.0f,
            "RoPE base must be > 1 and its frequency scale > 0");
+  VQ_CHECK(spec.freq_factors.empty() || spec.freq_factors.size() == size_t(half_),
+           fmt::format("RoPE: {} frequency factors for a head of {}", spec.freq_factors.size(), head_dim));
   theta_.resize(size_t(half_));
   for (int i = 0; i < half_; ++i) {
     theta_[size_t(i)] = double(spec.freq_scale) * std::pow(double(spec.base), -2.0 * i / head_dim);
+    if (!spec.freq_factors.empty()) theta_[size_t(i)] /= double(spec.freq_factors[size_t(i)]);
   }
   low_.resize(size_t(kLow) * 2 * half_);
   for (int b = 0; b < kLow; ++b) {

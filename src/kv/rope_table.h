@@ -2,8 +2,8 @@
 // its inverse, computed the same way every time so that a fused scoring path and the plain
 // decode agree to the last bit.
 //
-// The angle of pair i at position p is p * theta_i, theta_i = freq_scale * base^(-2i/d). Its cos
-// and sin come from two parts, p = 256 a + b: a table of exact (double, rounded) values for
+// The angle of pair i at position p is p * theta_i, theta_i = freq_scale * base^(-2i/d) / factor_i
+// (factor_i from RopeSpec::freq_factors, else 1). Its cos and sin come from two parts, p = 256 a + b: a table of exact (double, rounded) values for
 // b < 256 built once, and exact values for 256 a made the first time segment a is used and kept
 // (d floats per 256 positions, counted in bytes()); one complex multiplication in float joins
 // them. The result differs from the model's own angle (ggml builds it in float) by about 1e-7

@@ -38,6 +38,8 @@ struct LayerConfig {
   int sliding_window = 0;
   // The rotary embedding the model applied to the keys it appends (for pre-RoPE codecs).
   RopeSpec rope;
+  // Scores s become c * tanh(s / c) before the softmax (Gemma 2's attention soft-capping); 0: off.
+  float logit_softcap = 0.0f;
 };
 
 // Bytes actually allocated, by role.

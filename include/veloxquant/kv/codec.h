@@ -10,17 +10,20 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace vq::kv {
 
 // How the model rotates keys by position (rotary embedding), for codecs that store keys as they
 // were before the rotation and apply it while scoring. NEOX pairs channels (i, i + d/2), NORM
-// pairs (2i, 2i + 1); pair i turns by pos * freq_scale * base^(-2i/d).
+// pairs (2i, 2i + 1); pair i turns by pos * freq_scale * base^(-2i/d) / freq_factors[i].
 struct RopeSpec {
   enum class Style : uint8_t { kNone, kNeox, kNorm };
   Style style = Style::kNone;
   float base = 10000.0f;
   float freq_scale = 1.0f;
+  // Per rotary pair, the divisor of its frequency (Llama 3's rope_freqs); empty: all 1.
+  std::vector<float> freq_factors;
 };
 
 struct LayerCalibration;

@@ -1,0 +1,29 @@
+// Qwen 3 (dense): Qwen 2's layer without QKV biases and with a per-head RMSNorm of q and k before
+// RoPE. ref: llama.cpp src/models/qwen3.cpp (llm_build_qwen3).
+#include "src/engine/model.h"
+
+namespace vq::engine {
+namespace {
+
+class Qwen3 final : public Model {
+ public:
+  explicit Qwen3(std::unique_ptr<GgufFile> f) : Model(std::move(f)) {
+    load_common();
+    for (int l = 0; l < cfg_.n_layer; ++l) {
+      const LayerWeights& L = layers_[size_t(l)];
+      require(L.q_norm != nullptr, l, "attn_q_norm.weight");
+      require(L.k_norm != nullptr, l, "attn_k_norm.weight");
+      require(L.gate.data != nullptr, l, "ffn_gate.weight");
+    }
+  }
+
+  void run_layers(int n, kv::KvCache& cache, Activations& a) const override {
+    for (int l = 0; l < cfg_.n_layer; ++l) pre_norm_layer(cfg_, layers_[size_t(l)], l, cache, n, a);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3(std::unique_ptr<GgufFile> f) { return std::make_unique<Qwen3>(std::move(f)); }
+
+}  // namespace vq::engine
