@@ -22,6 +22,17 @@
 namespace vq::cli {
 namespace {
 
+// Default prompt text (-f replaces it), repeated as often as the prompt and depths need: ordinary
+// English, so that its tokens are ordinary tokens of any vocabulary.
+constexpr const char* kBenchText =
+    "The river had been rising for three days, and by the fourth morning the lower road was gone. "
+    "People in the village carried what they could up the hill: bread, blankets, a few chickens in a "
+    "basket, and the old clock from the school. Nobody spoke much. The rain came in long grey sheets "
+    "from the west, and the water moved faster than anyone remembered. At noon the baker counted the "
+    "families on the hill and found that one was missing, so two of the fishermen took a boat and went "
+    "back down between the roofs to look for them. They returned an hour later with a woman, her son "
+    "and a dog, all of them wet and silent, and the village made room for them by the fire. ";
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -45,7 +56,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--depths", o->depths, "Cache depths for decode (comma separated)")->delimiter(',');
   cmd->add_option("--reps", o->reps, "Interleaved rounds")->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("-f,--file", o->text, "Text whose tokens fill prompts and depths (default: a fixed token pattern)");
+  cmd->add_option("-f,--file", o->text, "Text whose tokens fill prompts and depths, repeated as needed (default: a built-in English paragraph)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
@@ -61,16 +72,21 @@ Runner add_bench_command(CLI::App& app) {
     for (int64_t d : o->depths) max_depth = std::max(max_depth, d);
     const int64_t n_ctx = std::max<int64_t>(o->prompt, max_depth + o->n_decode);
     VQ_CHECK(n_ctx <= cfg.n_ctx_train, fmt::format("a context of {} exceeds the model's {}", n_ctx, cfg.n_ctx_train));
-    std::vector<int32_t> pool;
+    // Prompt and depth tokens: BOS, then the text's tokens (the -f file's, else kBenchText) repeated.
+    const auto& tok = model->tokenizer();
+    std::string text = kBenchText;
     if (!o->text.empty()) {
       std::ifstream in(o->text, std::ios::binary);
       VQ_CHECK(bool(in), fmt::format("{}: cannot open", o->text));
       std::stringstream ss;
       ss << in.rdbuf();
-      pool = model->tokenizer().encode(ss.str());
+      text = ss.str();
     }
-    while (int64_t(pool.size()) < n_ctx) pool.push_back(int32_t(1000 + pool.size() * 7919 % 20000));
-    pool[0] = model->tokenizer().bos() >= 0 ? model->tokenizer().bos() : pool[0];
+    const std::vector<int32_t> unit = tok.encode(text, /*add_special=*/false);
+    VQ_CHECK(!unit.empty(), fmt::format("{}: the text has no tokens", o->text.empty() ? "bench's text" : o->text));
+    std::vector<int32_t> pool;
+    if (tok.bos() >= 0) pool.push_back(tok.bos());
+    while (int64_t(pool.size()) < n_ctx) pool.insert(pool.end(), unit.begin(), unit.end());
 
     struct Result {
       std::string spec;

@@ -1,6 +1,7 @@
-// `veloxquant chat`: a multi-turn conversation on stdin/stdout with Gemma's chat template
-// (<start_of_turn>user ... <end_of_turn>, <start_of_turn>model ...). The KV cache is kept across
-// turns: each turn feeds only its new tokens.
+// `veloxquant chat`: a multi-turn conversation on stdin/stdout in the model's chat template (as
+// llama.cpp's built-in ones: detected from tokenizer.chat_template, or --chat-template NAME). The
+// KV cache is kept across turns: each turn feeds only its new text, and each reply is closed with
+// the template's end of turn, so the cache holds the formatted conversation.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "src/core/threads.h"
+#include "src/engine/chat_template.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
 #include "tools/veloxquant/calibration_args.h"
@@ -27,12 +29,28 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
+// --chat-template NAME, else the model file's template. Refuses (one line) a file whose
+// template is none of llama.cpp's, or one not formatted here.
+engine::ChatTemplate chat_template_for(const engine::Model& model, const std::string& name) {
+  if (!name.empty()) return engine::chat_template_from_name(name);
+  const engine::ChatTemplate t = engine::model_chat_template(model.file());
+  VQ_CHECK(t != engine::ChatTemplate::kUnknown,
+           fmt::format("{}: tokenizer.chat_template is none of the known chat templates; pass --chat-template NAME "
+                       "(one of: {})",
+                       model.file().path(), engine::chat_template_names()));
+  VQ_CHECK(engine::chat_template_formats(t),
+           fmt::format("{}: tokenizer.chat_template is llama.cpp's '{}', which is not supported here; pass "
+                       "--chat-template NAME (one of: {})",
+                       model.file().path(), engine::chat_template_name(t), engine::chat_template_names()));
+  return t;
+}
+
 }  // namespace
 
 Runner add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model on stdin/stdout (one user message per line)");
   struct Opts {
-    std::string model, kv = "fp16", system;
+    std::string model, kv = "fp16", system, chat_template;
     std::string kv_budget, save_cache, load_cache;
     std::vector<std::string> calib;
     int n_predict = 512, threads = 2, ubatch = 512;
@@ -44,7 +62,9 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
   cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
-  cmd->add_option("--system", o->system, "System prompt (prepended to the first user message, as Gemma's template does)");
+  cmd->add_option("--system", o->system, "System message before the first user message (Gemma's template puts it in that message)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Chat template, by llama.cpp's name (default: the model's tokenizer.chat_template)");
   cmd->add_option("-n,--n-predict", o->n_predict, "Most tokens per reply")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-c,--ctx", o->ctx, "Context size (tokens)")->check(CLI::Range(int64_t(16), int64_t(1) << 24));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
@@ -56,11 +76,15 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--save-cache", o->save_cache, "Save the conversation (compressed cache, sampler) after every turn");
   cmd->add_option("--load-cache", o->load_cache, "Continue a conversation saved with --save-cache");
   add_calib_option(cmd, &o->calib);
-  cmd->callback([o]() { kv::parse_method(o->kv); });
+  cmd->callback([o]() {
+    kv::parse_method(o->kv);
+    if (!o->chat_template.empty()) engine::chat_template_from_name(o->chat_template);
+  });
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
+    const engine::ChatTemplate tmpl = chat_template_for(*model, o->chat_template);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
@@ -74,14 +98,21 @@ Runner add_chat_command(CLI::App& app) {
     const bool interactive = isatty(STDIN_FILENO);
     Utf8Stream out(stdout);
     std::string line;
-    bool first = !saved;  // a loaded conversation already has its BOS and system prompt
+    bool first = !saved;  // a loaded conversation already has its BOS and system message
+    // The conversation in the cache. A loaded one's text is not saved, only that it ends with a
+    // closed reply, which is all a new turn's text depends on (chat_template_test holds that).
+    std::vector<engine::ChatMessage> history;
+    if (saved) history = {{"user", ""}, {"assistant", ""}};
+    const std::vector<int32_t> turn_end = tok.encode(engine::chat_turn_end(tmpl), false, true);
     while (true) {
       if (interactive) fmt::print("> "), std::fflush(stdout);
       if (!std::getline(std::cin, line)) break;
-      std::string msg = trim(line);
+      const std::string msg = trim(line);
       if (msg.empty()) continue;
-      if (first && !o->system.empty()) msg = trim(o->system) + "\n\n" + msg;
-      const std::string turn = "<start_of_turn>user\n" + msg + "<end_of_turn>\n<start_of_turn>model\n";
+      std::vector<engine::ChatMessage> added;
+      if (first && !trim(o->system).empty()) added.push_back({"system", trim(o->system)});
+      added.push_back({"user", msg});
+      const std::string turn = engine::format_chat_turn(tmpl, history, added, /*add_generation_prompt=*/true);
       std::vector<int32_t> ids = tok.encode(turn, /*add_special=*/first, /*parse_special=*/true);
       first = false;
       if (session.n_past() + int64_t(ids.size()) + 2 > o->ctx) {
@@ -89,11 +120,14 @@ Runner add_chat_command(CLI::App& app) {
         break;
       }
       session.feed(ids, &logits);
+      history.insert(history.end(), added.begin(), added.end());
+      std::string reply;
       int produced = 0;
       int32_t id = -1;
       while (produced < o->n_predict && session.n_past() < o->ctx) {
         id = sampler.sample(logits.data(), model->config().n_vocab);
         if (tok.is_eog(id)) break;
+        reply += tok.piece(id);
         out.write(tok.piece(id));
         ++produced;
         session.feed({id}, &logits);
@@ -101,9 +135,9 @@ Runner add_chat_command(CLI::App& app) {
       out.flush();
       fmt::print("\n");
       std::fflush(stdout);
-      // Close the model's turn in the cache so the next turn follows the template.
-      const std::vector<int32_t> close = tok.encode("<end_of_turn>\n", false, true);
-      if (session.n_past() + int64_t(close.size()) <= o->ctx) session.feed(close, &logits);
+      history.push_back({"assistant", reply});
+      // Close the reply in the cache so the next turn follows the template.
+      if (!turn_end.empty() && session.n_past() + int64_t(turn_end.size()) <= o->ctx) session.feed(turn_end, &logits);
       if (!o->save_cache.empty()) {
         save_current_session(o->save_cache, session, sampler, logits);
       }

@@ -1,14 +1,18 @@
-// `veloxquant inspect -m FILE`: a GGUF file's metadata and tensor table, and the tensor types it
-// really holds. `veloxquant inspect --calib FILE`: what a calibration file holds (for RateQuant,
+// `veloxquant inspect -m FILE`: what a GGUF file is (architecture, tokenizer, chat template, and
+// whether the engine runs it), its metadata and tensor table, and the tensor types it really
+// holds. `veloxquant inspect --calib FILE`: what a calibration file holds (for RateQuant,
 // the per-layer bit allocation and its probe table).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
 
+#include "src/engine/chat_template.h"
 #include "src/engine/gguf.h"
+#include "src/engine/model.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
@@ -51,6 +55,44 @@ std::string value_text(const engine::GgufValue& v) {
   return fmt::format("[{} x {}] [{}{}]", engine::gguf_type_name(a.type), a.count, items, a.count > show ? ", ..." : "");
 }
 
+// A string key's value for the summary: printable, or why there is none.
+std::string string_key(const engine::GgufFile& f, const std::string& key) {
+  const engine::GgufValue* v = f.find(key);
+  if (!v) return "(absent)";
+  const auto* s = std::get_if<std::string>(&v->v);
+  return s ? printable(*s) : fmt::format("(not a string: {})", engine::gguf_type_name(v->type));
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+// The chat template chat would use, and how it was found.
+std::string chat_template_line(const engine::GgufFile& f) {
+  try {
+    std::string how;
+    const engine::ChatTemplate t = engine::model_chat_template(f, &how);
+    if (t == engine::ChatTemplate::kUnknown) {
+      return "unknown (tokenizer.chat_template is none of llama.cpp's; chat needs --chat-template NAME)";
+    }
+    return fmt::format("{} ({}{})", engine::chat_template_name(t), how,
+                       engine::chat_template_formats(t) ? "" : "; not supported here: chat needs --chat-template NAME");
+  } catch (const Error& e) {
+    return "unknown (" + one_line(e.what()) + ")";
+  }
+}
+
+// Whether the engine loads the file (architecture, hyperparameters, tensors, tokenizer).
+std::string runs_line(const std::string& path) {
+  try {
+    engine::Model::load(path);
+    return "yes";
+  } catch (const std::exception& e) {
+    return "no — " + one_line(e.what());
+  }
+}
+
 }  // namespace
 
 Runner add_inspect_command(CLI::App& app) {
@@ -75,6 +117,10 @@ Runner add_inspect_command(CLI::App& app) {
     const auto f = engine::GgufFile::open(*model);
     fmt::print("file: {}\nGGUF version {}, {} bytes, alignment {}, data at byte {}\n\n", *model, f->version(),
                f->file_size(), f->alignment(), f->data_offset());
+    fmt::print("architecture: {}\n", string_key(*f, "general.architecture"));
+    fmt::print("tokenizer: {} (pre: {})\n", string_key(*f, "tokenizer.ggml.model"), string_key(*f, "tokenizer.ggml.pre"));
+    fmt::print("chat template: {}\n", chat_template_line(*f));
+    fmt::print("runs: {}\n\n", runs_line(*model));
     fmt::print("metadata ({} keys):\n", f->metadata().size());
     for (const auto& [key, v] : f->metadata()) {
       fmt::print("  {} ({}) = {}\n", printable(key), engine::gguf_type_name(v.type), value_text(v));
