@@ -50,6 +50,7 @@ class GgufWriter {
   }
   std::vector<uint8_t> bytes() const {
     std::vector<uint8_t> out;
+    out.reserve(24 + meta_.size() + infos_.size() + alignment_ + data_.size());
     put_to(out, uint32_t(0x46554747));
     put_to(out, uint32_t(3));
     put_to(out, n_tensors_);

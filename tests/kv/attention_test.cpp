@@ -21,6 +21,7 @@ struct Case {
   int64_t ctx = 300;
   int ubatch = 64;   // tokens appended per call; the queries of a call attend after it
   bool outliers = false;
+  float softcap = 0.0f;  // Gemma 2's attention logit soft-cap
 };
 
 std::vector<float> rows(size_t n, int heads, int d, Rng& rng, bool outliers) {
@@ -46,7 +47,9 @@ double rel_err(const float* a, const float* b, int d) {
 double run_case(const Case& c, std::vector<float>* outputs = nullptr, bool check = true) {
   SCOPED_TRACE(c.spec);
   Rng rng(c.ctx * 31 + c.d);
-  LayerCache cache(parse_method(c.spec), {c.kv_heads, c.d, 1, c.window});
+  LayerConfig config(c.kv_heads, c.d, 1, c.window);
+  config.logit_softcap = c.softcap;
+  LayerCache cache(parse_method(c.spec), config);
   const float scale = 1.0f / std::sqrt(float(c.d));
   double worst = 0;
   for (int64_t t = 0; t < c.ctx; t += c.ubatch) {
@@ -142,6 +145,24 @@ TEST(Attention, SlidingWindow) {
       c.ctx = 700;  // long enough that whole pages are dropped
       EXPECT_LT(run_case(c), tolerance(spec)) << spec << " ubatch " << ubatch;
     }
+  }
+}
+
+// Scores s become c * tanh(s / c) before the softmax, in the fused path as in the reference, and
+// that changes the output (the scores of these inputs reach several times the cap).
+TEST(Attention, LogitSoftcap) {
+  for (const char* spec : {"fp16", "q8", "kivi:residual=32", "turbo:bits=4"}) {
+    Case c{spec};
+    c.softcap = 0.5f;
+    c.outliers = true;
+    c.window = 50;
+    std::vector<float> capped, plain;
+    EXPECT_LT(run_case(c, &capped), tolerance(spec)) << spec;
+    c.softcap = 0.0f;
+    run_case(c, &plain, false);
+    double moved = 0;
+    for (size_t i = 0; i < plain.size(); ++i) moved = std::max(moved, double(std::abs(plain[i] - capped[i])));
+    EXPECT_GT(moved, 0.05) << spec;
   }
 }
 

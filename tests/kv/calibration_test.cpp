@@ -38,9 +38,15 @@ RopeSpec spec(RopeSpec::Style style, float base, float scale = 1.0f) {
 TEST(RopeTable, MatchesTheModelsRotation) {
   Rng rng(1);
   for (auto style : {RopeSpec::Style::kNeox, RopeSpec::Style::kNorm}) {
-    for (float base : {10000.0f, 1e6f}) {
+    for (float base : {10000.0f, 1e6f, 500000.0f}) {
       const int d = 256;
-      const RopeTable t(d, spec(style, base, 0.125f));
+      RopeSpec rs = spec(style, base, 0.125f);
+      // Llama 3's per-pair frequency divisors, with the base they come with.
+      if (base == 500000.0f) {
+        for (int i = 0; i < d / 2; ++i) rs.freq_factors.push_back(1.0f + 7.0f * float(i) / float(d / 2));
+      }
+      const float* factors = rs.freq_factors.empty() ? nullptr : rs.freq_factors.data();
+      const RopeTable t(d, rs);
       for (int64_t pos : {int64_t(0), int64_t(1), int64_t(255), int64_t(256), int64_t(4097), int64_t(100000)}) {
         std::vector<float> x(static_cast<size_t>(d)), y;
         for (auto& v : x) v = float(rng.normal());
@@ -48,9 +54,9 @@ TEST(RopeTable, MatchesTheModelsRotation) {
         t.rotate(y.data(), pos, false);
         std::vector<float> e = x;
         if (style == RopeSpec::Style::kNeox) {
-          engine::rope_neox(e.data(), 1, d, pos, base, 0.125f);
+          engine::rope_neox(e.data(), 1, d, pos, base, 0.125f, factors);
         } else {
-          engine::rope_norm(e.data(), 1, d, pos, base, 0.125f);
+          engine::rope_norm(e.data(), 1, d, pos, base, 0.125f, factors);
         }
         // ggml's float angle at position p is off by about p * 6e-8 radians.
         const double tol = 1e-5 + 2e-7 * double(pos);

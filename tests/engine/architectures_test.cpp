@@ -1,0 +1,122 @@
+// Every architecture the engine runs, against llama.cpp: a random-weight model of the family's
+// real head shape with a real vocabulary (tests/engine/synthetic_model.h) is run on a fixed token
+// sequence with an fp16 cache, and its logits are held to llama.cpp's on the same file
+// (tests/golden/arch/<name>.json, commands in tests/golden/arch/COMMANDS.md): every logit the
+// golden file keeps (each position's top 16 and 48 fixed ids) within llama.cpp's own difference
+// between flash attention on and off, and the same top-1 wherever llama.cpp's top-1/top-2 margin
+// exceeds 0.1. Then one compressed cache runs on the same model.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "src/engine/model.h"
+#include "src/engine/session.h"
+#include "tests/engine/synthetic_model.h"
+#include "veloxquant/kv/method.h"
+
+namespace vq::engine {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(VQ_SOURCE_DIR) + "/" + rel; }
+
+class Architecture : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Each model is written once per process (they are up to 100 MB) and removed at the end.
+  static std::string model_path(const std::string& name) {
+    static std::map<std::string, std::string> written;
+    auto it = written.find(name);
+    if (it != written.end()) return it->second;
+    const auto& spec = testing::synthetic_spec(name);
+    const std::string path = ::testing::TempDir() + "/synthetic_" + spec.name + ".gguf";
+    testing::write_synthetic_model(spec, src("tests/data/vocab/" + spec.vocab), path);
+    paths().push_back(path);
+    return written[name] = path;
+  }
+  static std::vector<std::string>& paths() {
+    static std::vector<std::string> p;
+    return p;
+  }
+  static void TearDownTestSuite() {
+    for (const auto& p : paths()) std::remove(p.c_str());
+  }
+  void SetUp() override {
+    path_ = model_path(GetParam());
+    std::ifstream f(src("tests/golden/arch/" + GetParam() + ".json"));
+    ASSERT_TRUE(f) << "golden file for " << GetParam();
+    golden_ = nlohmann::json::parse(f);
+  }
+  std::string path_;
+  nlohmann::json golden_;
+};
+
+TEST_P(Architecture, LogitsMatchLlamaCpp) {
+  const auto model = Model::load(path_);
+  ASSERT_EQ(model->config().arch, golden_["arch"].get<std::string>());
+  ASSERT_EQ(model->file().content_crc32(), golden_["file_crc32"].get<uint32_t>())
+      << "the synthetic model's bytes changed: remake the golden file (tests/golden/arch/COMMANDS.md)";
+  const std::vector<int32_t> tokens = golden_["tokens"].get<std::vector<int32_t>>();
+  const int64_t V = model->config().n_vocab;
+  ASSERT_EQ(V, golden_["n_vocab"].get<int64_t>());
+  Session s(*model, kv::parse_method("fp16"), int64_t(tokens.size()) + 16, 7);  // several micro-batches
+  std::vector<float> last, all;
+  s.feed(tokens, &last, &all);
+  const double bound = golden_["fa_on_vs_off_max_abs"].get<double>();
+  double worst = 0.0;
+  int checked_top1 = 0;
+  const auto& positions = golden_["positions"];
+  ASSERT_EQ(positions.size(), tokens.size());
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    const auto& g = positions[p];
+    const float* row = all.data() + p * size_t(V);
+    const auto ids = g["ids"].get<std::vector<int32_t>>();
+    const auto ref = g["fa_on"].get<std::vector<double>>();
+    for (size_t i = 0; i < ids.size(); ++i) worst = std::max(worst, std::abs(double(row[ids[i]]) - ref[i]));
+    if (g["margin"].get<double>() > 0.1) {
+      const int32_t top = int32_t(std::max_element(row, row + V) - row);
+      EXPECT_EQ(top, g["top1"].get<int32_t>()) << "position " << p;
+      ++checked_top1;
+    }
+  }
+  std::printf("%s: max |ours - llama.cpp| %.3g over the kept logits; llama.cpp FA on vs off %.3g; top-1 checked at "
+              "%d of %zu positions\n", GetParam().c_str(), worst, bound, checked_top1, tokens.size());
+  EXPECT_LE(worst, bound);
+  EXPECT_GT(checked_top1, int(tokens.size()) / 2);
+}
+
+TEST_P(Architecture, CompressedCacheRuns) {
+  const auto model = Model::load(path_);
+  const std::vector<int32_t> tokens = golden_["tokens"].get<std::vector<int32_t>>();
+  const int64_t V = model->config().n_vocab;
+  Session ref(*model, kv::parse_method("fp16"), 64);
+  Session q(*model, kv::parse_method("kivi:kbits=4,vbits=4,residual=0,group=32"), 64);
+  std::vector<float> a, b;
+  ref.feed(tokens, &a);
+  q.feed(tokens, &b);
+  for (int step = 0; step < 4; ++step) {
+    const int32_t next = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+    ref.feed({next}, &a);
+    q.feed({next}, &b);
+  }
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < V; ++i) {
+    diff = std::max(diff, double(std::abs(a[size_t(i)] - b[size_t(i)])));
+    scale = std::max(scale, double(std::abs(a[size_t(i)])));
+  }
+  EXPECT_GT(diff, 0.0) << "a 4-bit cache should not equal fp16 to the bit";
+  EXPECT_LT(diff, 0.5 * scale) << "4-bit KIVI moved the logits too far";
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, Architecture,
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace vq::engine
