@@ -46,7 +46,9 @@
 // - The rotation is the randomized Hadamard transform H D / sqrt(d) (one seeded sign diagonal per
 //   layer and side), not a Haar-random orthogonal matrix: O(d log d) and shared with the other
 //   rotated methods. The papers' unbiasedness and error bound are proven for Haar rotations; the
-//   tests measure both with this one. head_dim must be a power of two in [8, 4096].
+//   tests measure both with this one. Other head sizes (Phi-3's 96) take the dense Haar-random
+//   rotation the other rotated methods use there, as the papers do; head_dim in [8, 1024] or a
+//   power of two up to 4096.
 // - The one per-vector scalar is the factor, fp16 (the papers keep |o| and <o_bar, o> apart, in
 //   float32); it saturates at 65504 as turbo's norm does.
 // - The query's random rounding offsets r_i are drawn from a generator seeded by the codec's
@@ -232,7 +234,7 @@ class RabitqMethod final : public RotatedMethod {
  private:
   double bits(int d) const { return bits_ + 8.0 * double(rabitq::scalar_bytes()) / d; }
   static void check(int d) {
-    check_hadamard_dim("rabitq", d, 8);
+    check_rotation_dim("rabitq", d, 8);
   }
   int bits_;
 };
