@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Interleaved prefill/decode speed: `veloxquant bench` against llama.cpp's `llama-bench` on one GGUF.
+
+Each round runs every contender once, in order (ours, llama.cpp -fa 1, llama.cpp -fa 0, ...), each as its
+own process under /usr/bin/time -v (peak RSS), with `uptime` and the busiest other processes recorded
+just before it. Each process itself reports a median over its own --reps / -r repetitions; this script
+reports per run, then the median [min, max] over rounds, and ours/llama.cpp ratios taken from the same round.
+
+  python3 bench/vs_llamacpp.py -m /work/bench-models/llama3-8b-shape-8l-q4_k_m.gguf --rounds 3 \
+      --out /work/bench-models/vs_llamacpp
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+
+
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+
+def busy_idle():
+    """(busy, idle) CPU seconds of the whole machine so far, from /proc/stat."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(v) - v[3] - v[4]) / hz, (v[3] + v[4]) / hz
+
+
+def wait_idle(max_s, need=0.9):
+    """Wait (up to max_s) until the machine was at least `need` idle over the last 2 s."""
+    t_end = time.time() + max_s
+    while True:
+        b0, i0 = busy_idle()
+        time.sleep(2)
+        b1, i1 = busy_idle()
+        if (i1 - i0) / max(1e-9, (b1 - b0) + (i1 - i0)) >= need or time.time() > t_end:
+            return
+
+
+def timed(cmd, tag, out):
+    """Run argv under /usr/bin/time -v; return (stdout, peak RSS MiB, wall s, others' CPU share during the run)."""
+    b0, _ = busy_idle()
+    t0 = time.time()
+    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    wall = time.time() - t0
+    b1, _ = busy_idle()
+    open(os.path.join(out, tag + ".out"), "w").write(p.stdout)
+    open(os.path.join(out, tag + ".err"), "w").write(p.stderr)
+    if p.returncode != 0:
+        raise SystemExit(f"{tag}: rc {p.returncode}\n{p.stderr[-2000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
+    own = sum(float(re.search(k + r" time \(seconds\): ([\d.]+)", p.stderr).group(1)) for k in ("User", "System"))
+    others = max(0.0, (b1 - b0) - own) / (wall * os.cpu_count())
+    return p.stdout, rss, wall, others
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--vq", default="/work/main/build/tools/veloxquant/veloxquant")
+    ap.add_argument("--llama-bench", default="/work/oracle/llama.cpp/build/bin/llama-bench")
+    ap.add_argument("--fa", default="1,0", help="llama.cpp flash-attention settings, one contender each")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--clean", type=float, default=0.05, help="others' CPU share under which a round pair counts as clean")
+    ap.add_argument("--wait-idle", type=float, default=0, help="before each run wait up to this many s for an idle machine")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    t, p, n, r = str(a.threads), str(a.p), str(a.n), str(a.reps)
+    cont = {"ours": [a.vq, "bench", "-m", a.model, "--kv", "fp16", "-p", p, "-n", n, "--reps", r,
+                     "--depths", "0", "-t", t, "--json"]}
+    for fa in a.fa.split(","):
+        cont[f"llama.cpp fa{fa}"] = [a.llama_bench, "-m", a.model, "-t", t, "-p", p, "-n", n, "-r", r,
+                                     "-fa", fa, "-o", "json"]
+    runs = []
+    for rnd in range(a.rounds):
+        for name, cmd in cont.items():
+            if a.wait_idle > 0:
+                wait_idle(a.wait_idle)
+            load = sh("uptime")
+            # other processes' CPU over the last 0.5 s (top's second sample), busiest first
+            top = sh("top -b -n 2 -d 0.5 -w 200").split("\n\n")[-1].splitlines()[1:5]
+            busy = ";".join(f"{c[8]}% {c[11]}" for c in (l.split() for l in top) if len(c) > 11)
+            tag = f"r{rnd}_" + name.replace(" ", "_").replace(".", "")
+            out, rss, wall, others = timed(cmd, tag, a.out)
+            j = json.loads(out)
+            if name == "ours":
+                res = j["results"][0]
+                pp, tg = res["prefill_tps"], res["decode"][0]["tps"]
+                pp_mm = (res["prefill_tps_min"], res["prefill_tps_max"])
+                tg_mm = (res["decode"][0]["tps_min"], res["decode"][0]["tps_max"])
+            else:
+                pr = next(x for x in j if x["n_gen"] == 0)
+                gr = next(x for x in j if x["n_prompt"] == 0)
+                pp, tg = statistics.median(pr["samples_ts"]), statistics.median(gr["samples_ts"])
+                pp_mm = (min(pr["samples_ts"]), max(pr["samples_ts"]))
+                tg_mm = (min(gr["samples_ts"]), max(gr["samples_ts"]))
+            run = dict(round=rnd, name=name, prefill=pp, prefill_minmax=pp_mm, decode=tg, decode_minmax=tg_mm,
+                       rss_mib=rss, wall_s=wall, others_cpu=others, uptime=load, busiest=busy, cmd=" ".join(cmd))
+            runs.append(run)
+            print(f"round {rnd} {name:16s} prefill {pp:7.2f} [{pp_mm[0]:.2f}, {pp_mm[1]:.2f}]  decode {tg:6.2f} "
+                  f"[{tg_mm[0]:.2f}, {tg_mm[1]:.2f}]  RSS {rss:5.0f} MiB  wall {wall:5.1f} s  others {100 * others:3.0f}%"
+                  f"  | {load.split('load')[-1]}"
+                  f" | {busy}", flush=True)
+    json.dump(runs, open(os.path.join(a.out, "runs.json"), "w"), indent=1)
+
+    def mmm(v):
+        return f"{statistics.median(v):7.2f} [{min(v):.2f}, {max(v):.2f}]"
+    print("\nover rounds: median [min, max] of each run's median (all runs; then runs with others' CPU < clean)")
+    for name in cont:
+        every = [x for x in runs if x["name"] == name]
+        clean = [x for x in every if x["others_cpu"] < a.clean]
+        for rs in ([every, clean] if 0 < len(clean) < len(every) else [every]):
+                print(f"{name:16s} n={len(rs)} prefill {mmm([x['prefill'] for x in rs])}  decode "
+                      f"{mmm([x['decode'] for x in rs])}  RSS {mmm([x['rss_mib'] for x in rs])} MiB")
+    ours = {x["round"]: x for x in runs if x["name"] == "ours"}
+    for name in list(cont)[1:]:
+        rs = [x for x in runs if x["name"] == name]
+        clean = [x for x in rs if max(x["others_cpu"], ours[x["round"]]["others_cpu"]) < a.clean]
+        for k in ("prefill", "decode"):
+            line = f"ours/{name} {k:8s} ratio (same round) {mmm([ours[x['round']][k] / x[k] for x in rs])}"
+            if clean:
+                line += f"   clean rounds only ({len(clean)}): {mmm([ours[x['round']][k] / x[k] for x in clean])}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
