@@ -133,8 +133,22 @@ LayerWeights Model::load_layer(int l) const {
   return L;
 }
 
-void Model::require(bool present, int l, const char* tensor) const {
-  VQ_CHECK_DATA(present, fmt::format("{}: {} needs tensor 'blk.{}.{}'", file_->path(), cfg_.arch, l, tensor));
+void Model::require_layers(const LayerNeeds& needs) const {
+  const auto require = [&](bool present, int l, const char* tensor) {
+    VQ_CHECK_DATA(present, fmt::format("{}: {} needs tensor 'blk.{}.{}'", file_->path(), cfg_.arch, l, tensor));
+  };
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const LayerWeights& L = layers_[size_t(l)];
+    if (needs.qk_norm) {
+      require(L.q_norm != nullptr, l, "attn_q_norm.weight");
+      require(L.k_norm != nullptr, l, "attn_k_norm.weight");
+    }
+    if (needs.post_norms) {
+      require(L.attn_post_norm != nullptr, l, "post_attention_norm.weight");
+      require(L.ffn_post_norm != nullptr, l, "post_ffw_norm.weight");
+    }
+    if (needs.separate_gate) require(L.gate.data != nullptr, l, "ffn_gate.weight");
+  }
 }
 
 void Model::load_common() {

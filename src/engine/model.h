@@ -60,7 +60,13 @@ class Model {
   // fused QKV, biases, q/k norms, post-norms, gate/up or fused gate_up); the architecture then
   // requires what it uses with require().
   LayerWeights load_layer(int l) const;
-  void require(bool present, int l, const char* tensor) const;
+  // The tensors beyond the common ones that every layer of the architecture must have.
+  struct LayerNeeds {
+    bool qk_norm = false;     // attn_q_norm, attn_k_norm
+    bool post_norms = false;  // post_attention_norm, post_ffw_norm
+    bool separate_gate = true;  // ffn_gate (not one fused gate+up)
+  };
+  void require_layers(const LayerNeeds& needs) const;
   // Loads token embeddings, the output norm and projection (tied to the embeddings when
   // output.weight is absent), Llama 3's rope_freqs, and every layer.
   void load_common();

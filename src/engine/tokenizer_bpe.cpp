@@ -7,6 +7,8 @@
 #include <array>
 #include <queue>
 
+#include "src/engine/utf8_read.h"
+
 namespace vq::engine {
 namespace {
 
@@ -66,31 +68,6 @@ const ByteAlphabet& alphabet() {
   return a;
 }
 
-// llama.cpp's lenient UTF-8 read (see pre_tokenizer.cpp): U+FFFD for a byte that does not start a
-// complete sequence.
-uint32_t read_cpt(const unsigned char* s, size_t n, size_t* len) {
-  const unsigned c = s[0];
-  const auto cont = [&](size_t i) { return i < n && (s[i] & 0xC0) == 0x80; };
-  *len = 1;
-  if (c < 0x80) return c;
-  if (!(c & 0x40)) return 0xFFFD;
-  if (!(c & 0x20)) {
-    if (!cont(1)) return 0xFFFD;
-    *len = 2;
-    return ((c & 0x1F) << 6) | (s[1] & 0x3F);
-  }
-  if (!(c & 0x10)) {
-    if (!cont(1) || !cont(2)) return 0xFFFD;
-    *len = 3;
-    return ((c & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-  }
-  if (!(c & 0x08)) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0xFFFD;
-    *len = 4;
-    return ((c & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-  }
-  return 0xFFFD;
-}
 
 uint64_t pair_key(int32_t l, int32_t r) { return (uint64_t(uint32_t(l)) << 32) | uint32_t(r); }
 

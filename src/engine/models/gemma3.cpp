@@ -10,14 +10,7 @@ class Gemma3 final : public Model {
  public:
   explicit Gemma3(std::unique_ptr<GgufFile> f) : Model(std::move(f)) {
     load_common();
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      const LayerWeights& L = layers_[size_t(l)];
-      require(L.q_norm != nullptr, l, "attn_q_norm.weight");
-      require(L.k_norm != nullptr, l, "attn_k_norm.weight");
-      require(L.attn_post_norm != nullptr, l, "post_attention_norm.weight");
-      require(L.ffn_post_norm != nullptr, l, "post_ffw_norm.weight");
-      require(L.gate.data != nullptr, l, "ffn_gate.weight");
-    }
+    require_layers({.qk_norm = true, .post_norms = true});
   }
 
   void run_layers(int n, kv::KvCache& cache, Activations& a) const override {

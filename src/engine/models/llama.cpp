@@ -12,7 +12,7 @@ class Llama final : public Model {
  public:
   explicit Llama(std::unique_ptr<GgufFile> f) : Model(std::move(f)) {
     load_common();
-    for (int l = 0; l < cfg_.n_layer; ++l) require(layers_[size_t(l)].gate.data != nullptr, l, "ffn_gate.weight");
+    require_layers({});
   }
 
   void run_layers(int n, kv::KvCache& cache, Activations& a) const override {

@@ -19,6 +19,7 @@ class Phi3 final : public Model {
                   fmt::format("{}: phi3 files with LongRoPE factors (128k-context variants) are not supported",
                               g.path()));
     load_common();
+    require_layers({.separate_gate = false});
   }
 
   void run_layers(int n, kv::KvCache& cache, Activations& a) const override {

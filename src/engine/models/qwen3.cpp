@@ -9,12 +9,7 @@ class Qwen3 final : public Model {
  public:
   explicit Qwen3(std::unique_ptr<GgufFile> f) : Model(std::move(f)) {
     load_common();
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      const LayerWeights& L = layers_[size_t(l)];
-      require(L.q_norm != nullptr, l, "attn_q_norm.weight");
-      require(L.k_norm != nullptr, l, "attn_k_norm.weight");
-      require(L.gate.data != nullptr, l, "ffn_gate.weight");
-    }
+    require_layers({.qk_norm = true});
   }
 
   void run_layers(int n, kv::KvCache& cache, Activations& a) const override {
