@@ -3,11 +3,14 @@
 
 Each round runs every contender once, in order (ours, llama.cpp -fa 1, llama.cpp -fa 0, ...), each as its
 own process under /usr/bin/time -v (peak RSS), with `uptime` and the busiest other processes recorded
-just before it. Each process itself reports a median over its own --reps / -r repetitions; this script
-reports per run, then the median [min, max] over rounds, and ours/llama.cpp ratios taken from the same round.
+just before it and the other processes' share of the machine's CPU during it (/proc/stat less the run's
+own CPU time; both engines collapse when the 2 cores are shared, so rounds are also summarized "clean",
+under --clean). --wait-idle S waits up to S seconds for an idle machine before each run. Each process
+reports a median over its own --reps / -r repetitions; this script prints each run, then the median
+[min, max] over rounds, and ours/llama.cpp ratios taken from the same round.
 
-  python3 bench/vs_llamacpp.py -m /work/bench-models/llama3-8b-shape-8l-q4_k_m.gguf --rounds 3 \
-      --out /work/bench-models/vs_llamacpp
+  python3 bench/vs_llamacpp.py -m /work/bench-models/llama3-8b-shape-8l-q4_k_m.gguf --rounds 4 \
+      --wait-idle 240 --out /work/bench-models/vs_llamacpp
 """
 import argparse
 import json
