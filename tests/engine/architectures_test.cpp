@@ -6,6 +6,7 @@
 // between flash attention on and off, and the same top-1 wherever llama.cpp's top-1/top-2 margin
 // exceeds 0.1. Then one compressed cache runs on the same model.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -35,7 +36,9 @@ class Architecture : public ::testing::TestWithParam<std::string> {
     auto it = written.find(name);
     if (it != written.end()) return it->second;
     const auto& spec = testing::synthetic_spec(name);
-    const std::string path = ::testing::TempDir() + "/synthetic_" + spec.name + ".gguf";
+    // The process id in the name: ctest runs each test of this file as its own process, at once.
+    const std::string path =
+        ::testing::TempDir() + "/synthetic_" + spec.name + "_" + std::to_string(getpid()) + ".gguf";
     testing::write_synthetic_model(spec, src("tests/data/vocab/" + spec.vocab), path);
     paths().push_back(path);
     return written[name] = path;
