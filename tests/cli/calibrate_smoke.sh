@@ -5,7 +5,7 @@
 # another calibration and continues under its own.
 set -euo pipefail
 bin=$1 src=$2
-model="$src/models/gemma-3-270m-q4_k_m.gguf" text="$src/../shared/data/wikitext-2-raw-test.txt"
+model="$src/models/gemma-3-270m-q4_k_m.gguf" text="$src/data/wikitext-2-raw-test.txt"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin" calibrate -m "$model" -f "$text" --part first-half --kv kvquant:bits=2 -o "$tmp/a.vqcal" -c 256 --chunks 1 >"$tmp/log"

@@ -4,7 +4,7 @@
 # better than per-token keys (the paper's finding, on Gemma's real keys).
 set -euo pipefail
 bin=$1 src=$2
-out=$("$bin" fidelity -m "$src/models/gemma-3-270m-q4_k_m.gguf" -f "$src/../shared/data/wikitext-2-raw-test.txt" \
+out=$("$bin" fidelity -m "$src/models/gemma-3-270m-q4_k_m.gguf" -f "$src/data/wikitext-2-raw-test.txt" \
       --tokens 384 --queries 16 --kv fp16 --kv q8 --kv q4 --kv kivi --kv kivi:kaxis=token --json)
 python3 - "$out" <<'PY'
 import json, sys

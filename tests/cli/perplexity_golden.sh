@@ -4,7 +4,7 @@
 # (tests/golden/perplexity.json: 19.7459 with its default flash attention, 19.7834 without).
 set -euo pipefail
 bin=$1 src=$2
-out=$("$bin" perplexity -m "$src/models/gemma-3-270m-q4_k_m.gguf" -f "$src/../shared/data/wikitext-2-raw-test.txt" \
+out=$("$bin" perplexity -m "$src/models/gemma-3-270m-q4_k_m.gguf" -f "$src/data/wikitext-2-raw-test.txt" \
       -c 512 --chunks 20 -t 2 --json)
 python3 - "$out" "$src/tests/golden/perplexity.json" <<'PY'
 import json, sys

@@ -5,7 +5,7 @@
 # for another avg and a damaged file are refused with one line (usage errors exit 2).
 set -euo pipefail
 bin=$1 src=$2
-model="$src/models/gemma-3-270m-q4_k_m.gguf" text="$src/../shared/data/wikitext-2-raw-test.txt"
+model="$src/models/gemma-3-270m-q4_k_m.gguf" text="$src/data/wikitext-2-raw-test.txt"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bin" calibrate -m "$model" -f "$text" --part first-half --kv ratequant:base=kivi,avg=2.5 -c 64 --probe-tokens 64 \

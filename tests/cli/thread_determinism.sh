@@ -10,7 +10,7 @@ bin=$1 src=$2 shard=${3:-1/1}
 shard_k=${shard%/*} shard_n=${shard#*/}
 [[ $shard_k =~ ^[0-9]+$ && $shard_n =~ ^[0-9]+$ && $shard_k -ge 1 && $shard_k -le $shard_n ]] || { echo "bad shard '$shard' (want K/N, 1 <= K <= N)"; exit 2; }
 model="$src/models/gemma-3-270m-q4_k_m.gguf"
-text="$src/../shared/data/wikitext-2-raw-test.txt"
+text="$src/data/wikitext-2-raw-test.txt"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"

@@ -71,8 +71,8 @@ TEST_F(GemmaTokenizer, WholeWikitextFileMatchesLlamaCpp) {
   ASSERT_TRUE(ids_in);
   const auto j = nlohmann::json::parse(ids_in);
   const std::vector<int32_t> want = j.is_object() ? j["ids"].get<std::vector<int32_t>>() : j.get<std::vector<int32_t>>();
-  std::ifstream text_in(testing::source_dir() + "/../shared/data/wikitext-2-raw-test.txt", std::ios::binary);
-  ASSERT_TRUE(text_in) << "shared data missing";
+  std::ifstream text_in(testing::source_dir() + "/data/wikitext-2-raw-test.txt", std::ios::binary);
+  ASSERT_TRUE(text_in) << "data/wikitext-2-raw-test.txt missing";
   const std::string text((std::istreambuf_iterator<char>(text_in)), std::istreambuf_iterator<char>());
   const auto got = tok_->encode(text);
   ASSERT_EQ(got.size(), want.size());

@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "build", "tools", "veloxquant", "veloxquant")
 MODEL = os.path.join("models", "gemma-3-270m-q4_k_m.gguf")
-TEXT = os.path.join("..", "shared", "data", "wikitext-2-raw-test.txt")
+TEXT = os.path.join("data", "wikitext-2-raw-test.txt")
 RESULTS = os.path.join(ROOT, "results")
 DOC = os.path.join(ROOT, "docs", "RESULTS.md")
 FIGURES = os.path.join(ROOT, "docs", "figures")
