@@ -21,34 +21,23 @@ namespace {
 // heads of 256 (8/4). The embedding width is kept small where the architecture allows it to
 // differ from heads x head size, so that the vocabulary's tables stay small.
 std::vector<SyntheticSpec> make_specs() {
-  std::vector<SyntheticSpec> v;
-  SyntheticSpec s;
-  s = {};
-  s.name = "llama3", s.arch = "llama", s.vocab = "ggml-vocab-llama-bpe.gguf";
-  s.n_embd = 64, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 192, s.rope_freqs = true, s.seed = 31;
-  v.push_back(s);
-  s = {};
-  s.name = "mistral", s.arch = "llama", s.vocab = "ggml-vocab-llama-spm.gguf";
-  s.n_embd = 128, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 192, s.seed = 32;
-  v.push_back(s);
-  s = {};
-  s.name = "qwen2", s.arch = "qwen2", s.vocab = "ggml-vocab-deepseek-coder.gguf";
-  s.n_embd = 512, s.n_head = 8, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 256, s.qkv_bias = true, s.seed = 33;
-  v.push_back(s);
-  s = {};
-  s.name = "qwen3", s.arch = "qwen3", s.vocab = "ggml-vocab-qwen2.gguf";
-  s.n_embd = 64, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 192, s.qk_norm = true, s.seed = 34;
-  v.push_back(s);
-  s = {};
-  s.name = "phi3", s.arch = "phi3", s.vocab = "ggml-vocab-phi-3.gguf";
-  s.n_embd = 384, s.n_head = 4, s.n_head_kv = 4, s.head_dim = 96, s.n_ff = 256, s.fused = true, s.seed = 35;
-  v.push_back(s);
-  s = {};
-  s.name = "gemma2", s.arch = "gemma2", s.vocab = "ggml-vocab-llama-spm.gguf";
-  s.n_embd = 128, s.n_head = 8, s.n_head_kv = 4, s.head_dim = 256, s.n_ff = 192, s.gemma = true;
-  s.sliding_window = 8, s.attn_softcap = 5.0f, s.final_softcap = 10.0f, s.seed = 36;
-  v.push_back(s);
-  return v;
+  // clang-format off
+  return {
+      {.name = "llama3", .arch = "llama", .vocab = "ggml-vocab-llama-bpe.gguf",
+       .n_embd = 64, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 192, .rope_freqs = true, .seed = 31},
+      {.name = "mistral", .arch = "llama", .vocab = "ggml-vocab-llama-spm.gguf",
+       .n_embd = 128, .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_ff = 192, .seed = 32},
+      {.name = "qwen2", .arch = "qwen2", .vocab = "ggml-vocab-deepseek-coder.gguf",
+       .n_embd = 512, .n_head = 8, .n_head_kv = 2, .head_dim = 64, .n_ff = 256, .qkv_bias = true, .seed = 33},
+      {.name = "qwen3", .arch = "qwen3", .vocab = "ggml-vocab-qwen2.gguf",
+       .n_embd = 64, .n_head = 16, .n_head_kv = 8, .head_dim = 128, .n_ff = 192, .qk_norm = true, .seed = 34},
+      {.name = "phi3", .arch = "phi3", .vocab = "ggml-vocab-phi-3.gguf",
+       .n_embd = 384, .n_head = 4, .n_head_kv = 4, .head_dim = 96, .n_ff = 256, .fused = true, .seed = 35},
+      {.name = "gemma2", .arch = "gemma2", .vocab = "ggml-vocab-llama-spm.gguf",
+       .n_embd = 128, .n_head = 8, .n_head_kv = 4, .head_dim = 256, .n_ff = 192, .gemma = true,
+       .sliding_window = 8, .attn_softcap = 5.0f, .final_softcap = 10.0f, .seed = 36},
+  };
+  // clang-format on
 }
 
 // Unit-variance uniform values from the portable RNG (cheaper than normals for the large tables).

@@ -127,8 +127,9 @@ Runner add_chat_command(CLI::App& app) {
       while (produced < o->n_predict && session.n_past() < o->ctx) {
         id = sampler.sample(logits.data(), model->config().n_vocab);
         if (tok.is_eog(id)) break;
-        reply += tok.piece(id);
-        out.write(tok.piece(id));
+        const std::string piece = tok.piece(id);
+        reply += piece;
+        out.write(piece);
         ++produced;
         session.feed({id}, &logits);
       }
