@@ -10,6 +10,7 @@
 
 #include "src/core/threads.h"
 #include "src/engine/dequant.h"
+#include "src/engine/qdot.h"
 #include "src/engine/quants.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -88,9 +89,44 @@ HWY_EXPORT(PanelTimesTokens);
 
 namespace {
 constexpr int kPanelRows = 16;
+
+// Weights with an integer kernel (qdot.h): the activations are quantized once, then every row
+// meets them in byte products. Decode (up to 4 tokens) streams each row from memory once for all
+// tokens; prefill takes items of 16 rows and runs groups of 4 tokens over each, so that the group's
+// activations stay in L1 while the item's rows come from L2.
+void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_tok, float* y) {
+  const size_t stride = act_row_bytes(aq, w.cols);
+  // The calling thread's buffer; the lambdas take its address, since a thread_local named inside
+  // them would be each worker's own.
+  thread_local std::vector<uint8_t> buffer;
+  buffer.resize(stride * size_t(n_tok));
+  uint8_t* acts = buffer.data();
+  auto quantize = [&](int64_t t) { quantize_activations(aq, x + t * w.cols, w.cols, acts + size_t(t) * stride); };
+  if (n_tok >= 16) {
+    parallel_for(n_tok, quantize);
+  } else {
+    for (int64_t t = 0; t < n_tok; ++t) quantize(t);
+  }
+  const int64_t items = (w.rows + 15) / 16;
+  parallel_for(items, [&](int64_t item) {
+    const int64_t r0 = item * 16, r_end = std::min(w.rows, r0 + 16);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += 4) {
+      const int n = int(std::min<int64_t>(4, n_tok - t0));
+      for (int64_t r = r0; r < r_end; ++r) {
+        qdot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, acts + size_t(t0) * stride, stride, n,
+                 y + t0 * w.rows + r, w.rows);
+      }
+    }
+  });
 }
 
+}  // namespace
+
 void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
+  if (const ActQuant aq = act_quant_for(w.type); aq != ActQuant::kNone) {
+    matmul_quantized(w, aq, x, n_tok, y);
+    return;
+  }
   // Up to 4 tokens (decode): each weight row is used at most 4 times, so dequantize and dot in
   // one pass with nothing written to memory; the weights stream from DRAM once.
   if (dot_row_supported(w.type, w.cols, n_tok)) {
@@ -126,6 +162,16 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
 
 void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) {
   std::vector<float> row(static_cast<size_t>(w.cols));
+  // The activations as the integer kernels see them: quantized, then read back as floats.
+  std::vector<float> xq(x, x + n_tok * w.cols);
+  if (const ActQuant aq = act_quant_for(w.type); aq != ActQuant::kNone) {
+    std::vector<uint8_t> q(act_row_bytes(aq, w.cols));
+    for (int64_t t = 0; t < n_tok; ++t) {
+      quantize_activations(aq, x + t * w.cols, w.cols, q.data());
+      dequantize_activations(aq, q.data(), w.cols, xq.data() + t * w.cols);
+    }
+  }
+  x = xq.data();
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row_scalar(w.type, w.data + size_t(r) * w.row_bytes, row.data(), w.cols);
     for (int64_t t = 0; t < n_tok; ++t) {

@@ -1,11 +1,13 @@
 // Sessions on the real model: feeding a prompt in pieces (as chat turns do, the cache kept
-// between them) gives the logits of feeding it at once; --ubatch 1 (token by token) agrees with
-// batched prefill on the fp16 cache; the context limit is enforced.
+// between them) gives the next-token distributions of feeding it at once; --ubatch 1 (token by
+// token) agrees with batched prefill on the fp16 cache; the context limit is enforced.
 #include "src/engine/session.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "tests/engine/model_path.h"
 #include "veloxquant/error.h"
@@ -13,13 +15,41 @@
 namespace vq::engine {
 namespace {
 
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, double(std::fabs(a[i] - b[i])));
-    den = std::max(den, double(std::fabs(b[i])));
+// The two paths attend in a different order, so their activations differ in the last float bits;
+// the weight matmuls quantize activations to 8 bits (as llama.cpp does), and where such a bit
+// moves a value across a rounding boundary the step is a whole quantum. On Gemma 3 270M, whose
+// residual stream has large outlier channels, that leaves a largest per-position KL of about 0.01
+// between the paths (0.011 and 0.0068 measured here) with the same top token everywhere. A cache
+// that lost or misplaced a token gives KL far above this bound.
+constexpr double kPathKl = 0.03;
+
+// Largest KL divergence between the next-token distributions of two runs' logits (n_vocab per
+// position), and whether every position has the same top token.
+struct Agreement {
+  double max_kl = 0;
+  bool same_top1 = true;
+};
+Agreement compare(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
+  Agreement r;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t p = 0; p + n_vocab <= a.size(); p += n_vocab) {
+    const float* x = a.data() + p;
+    const float* y = b.data() + p;
+    const double mx = *std::max_element(x, x + n_vocab), my = *std::max_element(y, y + n_vocab);
+    double zx = 0, zy = 0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      zx += std::exp(x[i] - mx);
+      zy += std::exp(y[i] - my);
+    }
+    double kl = 0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double lp = x[i] - mx - std::log(zx), lq = y[i] - my - std::log(zy);
+      kl += std::exp(lp) * (lp - lq);
+    }
+    r.max_kl = std::max(r.max_kl, kl);
+    r.same_top1 = r.same_top1 && std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
   }
-  return num / den;
+  return r;
 }
 
 class GemmaSession : public ::testing::Test {
@@ -40,7 +70,10 @@ TEST_F(GemmaSession, PiecesEqualWhole) {
   pieces.feed(std::vector<int32_t>(ids.begin(), ids.begin() + long(cut)), nullptr);
   pieces.feed(std::vector<int32_t>(ids.begin() + long(cut), ids.end()), &b);
   EXPECT_EQ(pieces.n_past(), whole.n_past());
-  EXPECT_LT(max_rel_diff(b, a), 1e-3);
+  const Agreement g = compare(a, b, size_t(model_->config().n_vocab));
+  std::printf("max KL %.3g, same top-1 %d\n", g.max_kl, int(g.same_top1));
+  EXPECT_LT(g.max_kl, kPathKl);
+  EXPECT_TRUE(g.same_top1);
 }
 
 TEST_F(GemmaSession, TokenByTokenMatchesBatched) {
@@ -50,7 +83,10 @@ TEST_F(GemmaSession, TokenByTokenMatchesBatched) {
   std::vector<float> a, b;
   batched.feed(ids, &a);
   single.feed(ids, &b);
-  EXPECT_LT(max_rel_diff(b, a), 1e-3);
+  const Agreement g = compare(a, b, size_t(model_->config().n_vocab));
+  std::printf("max KL %.3g, same top-1 %d\n", g.max_kl, int(g.same_top1));
+  EXPECT_LT(g.max_kl, kPathKl);
+  EXPECT_TRUE(g.same_top1);
 }
 
 TEST_F(GemmaSession, RefusesToOverflowTheContext) {

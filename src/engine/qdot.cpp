@@ -1,0 +1,267 @@
+// Vector kernels of the integer dot products (qdot.h) for x86: 256-bit byte multiply-adds on
+// AVX2, AVX-512 and AVX-512 VNNI, with up to four tokens per pass over a weight row so that the
+// weights are unpacked once for all of them. Each kernel forms exactly the eight lane sums and
+// float operations that qdot_reference.cpp spells out; other targets run that reference.
+//
+// 256-bit vectors on the AVX-512 targets too: the blocks are 32 bytes wide, and Zen 4 executes
+// 512-bit integer operations as two 256-bit halves anyway.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // vpdpwssd / vpdpbusd where the CPU has them
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/engine/qdot.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "src/core/fp16.h"
+#include "src/engine/gguf.h"
+#include "src/engine/qdot.h"
+#include "src/engine/quants.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::engine {
+namespace HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
+using I = __m256i;
+
+// acc + (p[2l] * s[2l] + p[2l+1] * s[2l+1]) per 32-bit lane l, for 16-bit p and s. The VNNI form
+// is written out with an EVEX prefix: Highway's AVX3_DL target also enables AVX-VNNI, whose VEX
+// encoding of the same instruction Zen 4 and Ice Lake do not have.
+HWY_INLINE I AddPairProducts(I acc, I p, I s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  __asm__("%{evex%} vpdpwssd %[s], %[p], %[r]" : [r] "+v"(acc) : [p] "v"(p), [s] "v"(s));
+  return acc;
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
+#endif
+}
+
+// acc + sum over k < 4 of u.byte[4l+k] * s.byte[4l+k] per lane l (u unsigned, s signed; without
+// VNNI the 16-bit pair sums must not saturate, which holds for |u| <= 128 and |s| <= 127).
+HWY_INLINE I AddByteProducts(I acc, I u, I s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  __asm__("%{evex%} vpdpbusd %[s], %[u], %[r]" : [r] "+v"(acc) : [u] "v"(u), [s] "v"(s));
+  return acc;
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+HWY_INLINE I Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// The reference's fixed order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+HWY_INLINE float Total(__m256 acc) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+// acc + float(isum) * scale, one rounding (the reference's fma).
+HWY_INLINE __m256 AddScaled(__m256 acc, I isum, float scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
+}
+HWY_INLINE __m256 SubScaled(__m256 acc, I isum, float scale) {
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
+}
+
+// Decode streams each weight row from memory once: ask for the bytes a fixed distance ahead of
+// the block in hand (past the row's end this is the next row, which the caller reads next).
+constexpr int kPrefetchBytes = 3072;  // best of 0, 512 to 6144 on the 8B-shape file (Zen 4)
+template <typename Block>
+HWY_INLINE void Prefetch(const Block* p) {
+  const char* a = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(a + o, _MM_HINT_T0);
+}
+
+HWY_INLINE float H2F(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
+
+// Q4_K (kHigh false) and Q5_K against kTok Q8_K activation rows.
+template <typename Block, bool kHigh, int kTok>
+void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out, int64_t out_stride) {
+  const I low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[kTok];
+  for (int t = 0; t < kTok; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (kTok <= 2) Prefetch(w + b);
+    // The 6-bit scales and mins as four 32-bit words of bytes (ggml's get_scale_min_k4).
+    uint32_t a[3];
+    std::memcpy(a, w[b].scales, 12);
+    const uint32_t sc_lo = a[0] & 0x3f3f3f3f, m_lo = a[1] & 0x3f3f3f3f;
+    const uint32_t sc_hi = (a[2] & 0x0f0f0f0f) | (((a[0] >> 6) & 0x03030303) << 4);
+    const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0f) | (((a[1] >> 6) & 0x03030303) << 4);
+    alignas(16) int16_t sc[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc),
+                    _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32))));
+    const __m128i m8 = _mm_cvtsi64_si128(int64_t(uint64_t(m_lo) | uint64_t(m_hi) << 32));
+    const I mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m_l at 16-bit lanes 2l, 2l+1
+    // Two sums per token (low and high nibbles) halve the chain of dependent multiply-adds; the
+    // integer result is the same.
+    I isum[kTok], isum_hi[kTok];
+    for (int t = 0; t < kTok; ++t) isum[t] = isum_hi[t] = _mm256_setzero_si256();
+    I hbits = _mm256_setzero_si256();
+    if constexpr (kHigh) hbits = Load(w[b].qh);
+    for (int k = 0; k < 4; ++k) {
+      const I q = Load(w[b].qs + 32 * k);
+      I lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kHigh) {
+        const I one = _mm256_set1_epi8(1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), one), 4));
+        hbits = _mm256_srli_epi16(hbits, 2);
+      }
+      const I s_lo = _mm256_set1_epi16(sc[2 * k]), s_hi = _mm256_set1_epi16(sc[2 * k + 1]);
+      for (int t = 0; t < kTok; ++t) {
+        isum[t] = AddPairProducts(isum[t], _mm256_maddubs_epi16(lo, Load(y[t][b].qs + 64 * k)), s_lo);
+        isum_hi[t] = AddPairProducts(isum_hi[t], _mm256_maddubs_epi16(hi, Load(y[t][b].qs + 64 * k + 32)), s_hi);
+      }
+    }
+    for (int t = 0; t < kTok; ++t) isum[t] = _mm256_add_epi32(isum[t], isum_hi[t]);
+    const float d = H2F(w[b].d), dmin = H2F(w[b].dmin);
+    for (int t = 0; t < kTok; ++t) {
+      const I imin = _mm256_madd_epi16(Load(y[t][b].bsums), mins);
+      acc[t] = AddScaled(acc[t], isum[t], d * y[t][b].d);
+      acc[t] = SubScaled(acc[t], imin, dmin * y[t][b].d);
+    }
+  }
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = Total(acc[t]);
+}
+
+// Q6_K against kTok Q8_K activation rows: unsigned 6-bit codes times x, minus 32 times the
+// groups' activation sums, each group of 16 times its scale.
+template <int kTok>
+void DotQ6K(const BlockQ6_K* w, int64_t nb, const BlockQ8_KAct* const* y, float* out, int64_t out_stride) {
+  const I low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+  // Picks 16-bit word 0 of each 32-bit lane into the low 128 bits and word 1 into the high ones.
+  const I pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                  2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  __m256 acc[kTok];
+  for (int t = 0; t < kTok; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (kTok <= 2) Prefetch(w + b);
+    alignas(32) int16_t sc[16];
+    const I sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), sc16);
+    I isum[2][kTok];  // one chain per half: the integer result is the same, the chains half as long
+    for (int t = 0; t < kTok; ++t) isum[0][t] = isum[1][t] = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const I ql0 = Load(w[b].ql + 64 * half), ql1 = Load(w[b].ql + 64 * half + 32);
+      const I qh = Load(w[b].qh + 32 * half);
+      const I q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      for (int j = 0; j < 4; ++j) {
+        int32_t pair;
+        std::memcpy(&pair, sc + 8 * half + 2 * j, 4);
+        const I s = _mm256_shuffle_epi8(_mm256_set1_epi32(pair), pick);
+        for (int t = 0; t < kTok; ++t) {
+          isum[half][t] = AddPairProducts(isum[half][t], _mm256_maddubs_epi16(q[j], Load(y[t][b].qs + 128 * half + 32 * j)), s);
+        }
+      }
+    }
+    const float d = H2F(w[b].d);
+    for (int t = 0; t < kTok; ++t) {
+      const I corr = _mm256_slli_epi32(_mm256_madd_epi16(Load(y[t][b].bsums), sc16), 5);
+      acc[t] = AddScaled(acc[t], _mm256_sub_epi32(_mm256_add_epi32(isum[0][t], isum[1][t]), corr), d * y[t][b].d);
+    }
+  }
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = Total(acc[t]);
+}
+
+// The 32 signed values of a Q8_0, Q4_0 or Q5_0 block in element order.
+HWY_INLINE I Values(const BlockQ8_0& x) { return Load(x.qs); }
+HWY_INLINE I Nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const I both = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+HWY_INLINE I Values(const BlockQ4_0& x) { return _mm256_sub_epi8(Nibbles(x.qs), _mm256_set1_epi8(8)); }
+HWY_INLINE I Values(const BlockQ5_0& x) {
+  uint32_t qh;
+  std::memcpy(&qh, x.qh, 4);
+  // Byte i of the spread word holds byte i / 8 of qh; bit i % 8 of it is element i's fifth bit.
+  const I spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(qh)),
+                                       _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const I bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
+  const I set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  const I q = _mm256_or_si256(Nibbles(x.qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+
+template <typename Block, int kTok>
+void DotLegacy(const Block* w, int64_t nb, const BlockQ8_0Act* const* y, float* out, int64_t out_stride) {
+  __m256 acc[kTok];
+  for (int t = 0; t < kTok; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (kTok <= 2) Prefetch(w + b);
+    const I v = Values(w[b]);
+    const I mag = _mm256_sign_epi8(v, v);  // |v| as unsigned bytes (128 for -128)
+    const float d = H2F(w[b].d);
+    for (int t = 0; t < kTok; ++t) {
+      const I isum = AddByteProducts(_mm256_setzero_si256(), mag, _mm256_sign_epi8(Load(y[t][b].qs), v));
+      acc[t] = AddScaled(acc[t], isum, d * y[t][b].d);
+    }
+  }
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = Total(acc[t]);
+}
+
+template <int kTok>
+void QDotT(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, float* out,
+           int64_t out_stride) {
+  const BlockQ8_KAct* yk[kTok];
+  const BlockQ8_0Act* y8[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    yk[t] = reinterpret_cast<const BlockQ8_KAct*>(acts + size_t(t) * act_stride);
+    y8[t] = reinterpret_cast<const BlockQ8_0Act*>(acts + size_t(t) * act_stride);
+  }
+  switch (GgmlType(type)) {
+    case GgmlType::kQ4_K: DotK45<BlockQ4_K, false, kTok>(reinterpret_cast<const BlockQ4_K*>(w), n / kQK_K, yk, out, out_stride); return;
+    case GgmlType::kQ5_K: DotK45<BlockQ5_K, true, kTok>(reinterpret_cast<const BlockQ5_K*>(w), n / kQK_K, yk, out, out_stride); return;
+    case GgmlType::kQ6_K: DotQ6K<kTok>(reinterpret_cast<const BlockQ6_K*>(w), n / kQK_K, yk, out, out_stride); return;
+    case GgmlType::kQ8_0: DotLegacy<BlockQ8_0, kTok>(reinterpret_cast<const BlockQ8_0*>(w), n / kQK, y8, out, out_stride); return;
+    case GgmlType::kQ4_0: DotLegacy<BlockQ4_0, kTok>(reinterpret_cast<const BlockQ4_0*>(w), n / kQK, y8, out, out_stride); return;
+    case GgmlType::kQ5_0: DotLegacy<BlockQ5_0, kTok>(reinterpret_cast<const BlockQ5_0*>(w), n / kQK, y8, out, out_stride); return;
+    default: qdot_row_reference(type, w, n, acts, act_stride, kTok, out, out_stride); return;
+  }
+}
+
+void QDot(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok, float* out,
+          int64_t out_stride) {
+  switch (n_tok) {
+    case 1: QDotT<1>(type, w, n, acts, act_stride, out, out_stride); return;
+    case 2: QDotT<2>(type, w, n, acts, act_stride, out, out_stride); return;
+    case 3: QDotT<3>(type, w, n, acts, act_stride, out, out_stride); return;
+    default: QDotT<4>(type, w, n, acts, act_stride, out, out_stride); return;
+  }
+}
+
+#else  // no 256-bit integer kernels on this target
+
+void QDot(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok, float* out,
+          int64_t out_stride) {
+  qdot_row_reference(type, w, n, acts, act_stride, n_tok, out, out_stride);
+}
+
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::engine
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace vq::engine {
+HWY_EXPORT(QDot);
+
+void qdot_row(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok,
+              float* out, int64_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(QDot)(type, w, n, acts, act_stride, n_tok, out, out_stride);
+}
+
+}  // namespace vq::engine
+#endif
