@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "src/core/threads.h"
-#include "src/kv/f16_kernels.h"
-#include "src/kv/softmax.h"
+#include "src/kv/kernels/f16_kernels.h"
+#include "src/kv/kernels/softmax.h"
 #include "src/kv/stream.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"

@@ -1,4 +1,4 @@
-// The list of methods. Adding a method is one line here plus its own file.
+// The parameters and checks the methods share (registry.h), and Method's calibration binding.
 #include "src/kv/registry.h"
 
 #include <fmt/format.h>
@@ -9,28 +9,6 @@
 #include "veloxquant/kv/calibration.h"
 
 namespace vq::kv {
-
-const std::vector<const MethodDef*>& registered_methods() {
-  static const std::vector<const MethodDef*> methods = {
-      &fp16_method(),
-      &bf16_method(),
-      &q8_method(),
-      &q4_method(),
-      &kivi_method(),
-      &kvquant_method(),
-      &turbo_method(),
-      &turbo_rvq_method(),
-      &polar_method(),
-      &vecinfer_method(),
-      &spectral_method(),
-      &commvq_method(),
-      &qjl_method(),
-      &turbo_prod_method(),
-      &rabitq_method(),
-      &ratequant_method(),
-  };
-  return methods;
-}
 
 std::vector<ParamInfo> window_params() {
   return {

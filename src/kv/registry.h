@@ -1,4 +1,7 @@
-// The method registry: one MethodDef per method file, listed once in registry.cpp.
+// What the methods share: the window and rotation parameters, head-size checks, seeds, and the
+// windowed/rotated method bases. The list of methods (registered_methods()) is generated from the
+// vq_kv_method lines of src/kv/methods/*/CMakeLists.txt; each method file defines its
+// `const MethodDef& <name>_method()`.
 #pragma once
 
 #include <string>
@@ -7,23 +10,6 @@
 #include "veloxquant/kv/method.h"
 
 namespace vq::kv {
-
-const MethodDef& fp16_method();
-const MethodDef& bf16_method();
-const MethodDef& q8_method();
-const MethodDef& q4_method();
-const MethodDef& kivi_method();
-const MethodDef& kvquant_method();
-const MethodDef& turbo_method();
-const MethodDef& turbo_rvq_method();
-const MethodDef& polar_method();
-const MethodDef& vecinfer_method();
-const MethodDef& spectral_method();
-const MethodDef& commvq_method();
-const MethodDef& qjl_method();
-const MethodDef& turbo_prod_method();
-const MethodDef& rabitq_method();
-const MethodDef& ratequant_method();
 
 // Parameters every baseline shares: the fp16 residual window, sinks, and the optional
 // randomized Hadamard rotation with its seed.

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cmath>
 
-#include "src/kv/lut_kernels.h"
+#include "src/kv/kernels/lut_kernels.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {

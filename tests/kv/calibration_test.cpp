@@ -16,7 +16,7 @@
 #include "src/engine/ops.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/calib/nuq.h"
-#include "src/kv/methods/ratequant.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "src/kv/rope_table.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"

@@ -1,7 +1,7 @@
 // The online-softmax tile: its exp is within a few ulp of std::exp over the whole range it meets
 // (scores minus their running max, down to underflow), masked scores get weight 0, and the row
 // state (max, sum, rescale factor) follows the definition in softmax.h.
-#include "src/kv/softmax.h"
+#include "src/kv/kernels/softmax.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include "src/core/rng.h"
 #include "src/core/threads.h"
-#include "src/kv/vector_ops.h"
+#include "src/kv/kernels/vector_ops.h"
 #include "veloxquant/error.h"
 
 namespace vq::kv {

@@ -10,7 +10,7 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/calibrate.h"
-#include "src/kv/lut_kernels.h"
+#include "src/kv/kernels/lut_kernels.h"
 #include "src/kv/rope_table.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"

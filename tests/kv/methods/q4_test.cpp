@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "src/kv/methods/q4_layout.h"
+#include "src/kv/methods/baseline/q4_layout.h"
 #include "tests/kv/codec_harness.h"
 
 namespace vq::kv::testing {

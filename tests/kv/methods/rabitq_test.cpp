@@ -13,8 +13,8 @@
 
 #include "src/core/hadamard.h"
 #include "src/core/rng.h"
-#include "src/kv/methods/rabitq_codes.h"
-#include "src/kv/methods/rabitq_layout.h"
+#include "src/kv/methods/rabitq/rabitq_codes.h"
+#include "src/kv/methods/rabitq/rabitq_layout.h"
 #include "src/kv/registry.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"

@@ -14,7 +14,7 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/rate_allocation.h"
-#include "src/kv/methods/ratequant.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "src/core/rng.h"
-#include "src/kv/methods/turbo_lanes.h"
+#include "src/kv/methods/turbo/turbo_lanes.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 

@@ -13,8 +13,8 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
-#include "src/kv/methods/turbo_lanes.h"
-#include "src/kv/methods/turbo_sign_lanes.h"
+#include "src/kv/methods/turbo/turbo_lanes.h"
+#include "src/kv/methods/turbo/turbo_sign_lanes.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 

@@ -16,7 +16,7 @@
 #include "src/core/threads.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/rope_table.h"
-#include "src/kv/vq_kernels.h"
+#include "src/kv/kernels/codebook_kernels.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"

@@ -1,0 +1,266 @@
+// RateQuant: a per-layer bit allocation over a base method that takes a bit width, chosen by a
+// sensitivity probe and a reverse water-filling (rate-distortion) allocation, the classic way
+// to split a bit budget over independent sources (Cover & Thomas, "Elements of Information
+// Theory", 10.3.3; for mixed-precision KV caches cf. KVTuner, Li et al., ICML 2025,
+// https://arxiv.org/abs/2502.04420, which also searches per-layer key/value precisions).
+//
+//   ratequant:base=kivi,avg=2.5[,lo=2,hi=4]
+//
+// Units are (layer, side): a layer's keys and its values each get a width in [lo, hi], and the
+// widths average exactly `avg` over all 2 * n_layer units. `veloxquant calibrate` measures, on
+// calibration text, the mean KL of the next-token distribution against an fp16 cache when only
+// one unit is compressed by the base method at one width (everything else fp16), for every unit
+// and width; the allocation minimizes the summed probe KL under the budget (additive
+// sensitivities, the usual first-order assumption; src/kv/calib/rate_allocation.h solves it
+// exactly). The probe table and the allocation live in the calibration file; `veloxquant
+// inspect --calib FILE` prints them.
+//
+// Bases: kivi (kbits for keys, vbits for values) and turbo (bits), every other base parameter at
+// its default (kivi: group=32, residual=128; turbo: seed, no window, no sinks). KVQuant is not
+// offered: its datatypes are learned per bit width, so a base of it would need one calibration
+// per candidate width inside this one.
+//
+// Deviations from the issue's wording: the allocation is per layer and side, not per KV head
+// (a codec is built per layer and serves all its KV heads; CodecContext has no head index, and
+// Gemma 3 270M has a single KV head per layer, so per layer is per head there). The water-
+// filling is kept as the Lagrangian view; the budget is met by an exact dynamic program, since
+// the Lagrangian can miss a discrete budget.
+//
+// Bits per element are honest: keys report the mean over layers of the base's own formula at the
+// allocated widths (scales and zeros included), likewise values; every layer receives every
+// token, so that is the mean over stored elements (a sliding-window layer that drops old pages
+// holds fewer, which bench's measured bytes show). Before a calibration is attached the bits are
+// the base's formula at `avg` (exact for kivi and turbo, whose formulas are linear in the width).
+#include "src/kv/methods/ratequant/ratequant.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+
+#include "src/kv/calib/rate_allocation.h"
+#include "src/kv/methods/baseline/baseline.h"
+#include "src/kv/registry.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+
+// The bases RateQuant allocates bits for (kivi/kivi.cpp, turbo/turbo.cpp).
+const MethodDef& kivi_method();
+const MethodDef& turbo_method();
+
+namespace {
+
+struct Base {
+  const MethodDef& (*def)();
+  const char* key_param;
+  const char* value_param;
+};
+const Base kBases[] = {{&kivi_method, "kbits", "vbits"}, {&turbo_method, "bits", "bits"}};
+const char* const kBaseNames[] = {"kivi", "turbo"};
+
+const ParamInfo& param_of(const MethodDef& def, const std::string& name) {
+  for (const auto& p : def.info.params) {
+    if (p.name == name) return p;
+  }
+  throw_internal(name.c_str(), __FILE__, __LINE__);
+}
+
+class RateQuantMethod final : public MethodImpl {
+ public:
+  explicit RateQuantMethod(const ParamValues& v)
+      : base_(size_t(param_int(v, "base"))), avg_(param_float(v, "avg")), lo_(param_int(v, "lo")),
+        hi_(param_int(v, "hi")) {
+    const Base& b = kBases[base_];
+    const MethodDef& def = b.def();
+    VQ_CHECK(lo_ <= hi_, fmt::format("ratequant: lo={} is above hi={}", lo_, hi_));
+    VQ_CHECK(avg_ >= lo_ && avg_ <= hi_, fmt::format("ratequant: avg={:g} is outside [lo, hi] = [{}, {}]", avg_, lo_, hi_));
+    const ParamInfo& kp = param_of(def, b.key_param);
+    VQ_CHECK(lo_ >= kp.min && hi_ <= kp.max, fmt::format("ratequant: {} takes {} in [{}, {}], not [{}, {}]", def.info.name,
+                                                         kp.name, int(kp.min), int(kp.max), lo_, hi_));
+    for (int w = lo_; w <= hi_; ++w) {
+      ParamValues bv;
+      for (const auto& p : def.info.params) bv[p.name] = p.default_value;
+      bv[b.key_param] = w;
+      bv[b.value_param] = w;
+      by_width_.push_back(std::shared_ptr<const MethodImpl>(def.make(bv)));
+    }
+    ParamValues fv;
+    for (const auto& p : fp16_method().info.params) fv[p.name] = p.default_value;
+    fp16_ = std::shared_ptr<const MethodImpl>(fp16_method().make(fv));
+  }
+
+  std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
+    const int w = width(ctx.layer, 0);
+    return w == 0 ? fp16_->key_codec(ctx) : at(w).key_codec(ctx);
+  }
+  std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
+    const int w = width(ctx.layer, 1);
+    return w == 0 ? fp16_->value_codec(ctx) : at(w).value_codec(ctx);
+  }
+  double key_bits(int d) const override {
+    return mean_bits(0, [&](const MethodImpl& m) { return m.key_bits(d); });
+  }
+  double value_bits(int d) const override {
+    return mean_bits(1, [&](const MethodImpl& m) { return m.value_bits(d); });
+  }
+  // The window and sinks do not depend on the width for kivi and turbo.
+  int key_keep() const override { return at(lo_).key_keep(); }
+  int value_keep() const override { return at(lo_).value_keep(); }
+  int sink_tokens() const override { return at(lo_).sink_tokens(); }
+  bool needs_calibration() const override { return true; }
+
+  std::shared_ptr<const MethodImpl> calibrated(const Calibration& c) const override {
+    const int W = hi_ - lo_ + 1;
+    std::vector<int> widths;
+    for (int w = lo_; w <= hi_; ++w) widths.push_back(w);
+    VQ_CHECK_DATA(c.probe_bits == widths,
+                  fmt::format("the calibration for '{}' holds no RateQuant probe over widths {}..{}", c.spec, lo_, hi_));
+    auto m = std::make_shared<RateQuantMethod>(*this);
+    m->alloc_.clear();
+    int64_t sum = 0;
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const LayerCalibration& lc = c.layers[l];
+      VQ_CHECK_DATA(int(lc.key_probe_kl.size()) == W && int(lc.value_probe_kl.size()) == W,
+                    fmt::format("the calibration for '{}': layer {} lacks its probe table", c.spec, l));
+      for (int b : {lc.key_bits, lc.value_bits}) {
+        VQ_CHECK_DATA(b >= lo_ && b <= hi_, fmt::format("the calibration for '{}': layer {} has a width of {} bits, "
+                                                        "outside [{}, {}]",
+                                                        c.spec, l, b, lo_, hi_));
+        sum += b;
+      }
+      m->alloc_.push_back({lc.key_bits, lc.value_bits});
+    }
+    const double units = 2.0 * double(c.layers.size());
+    VQ_CHECK_DATA(!c.layers.empty() && std::fabs(double(sum) - avg_ * units) < 1e-9,
+                  fmt::format("the calibration for '{}' allocates {} bits over {} units, not avg={:g} of them", c.spec,
+                              sum, int64_t(units), avg_));
+    return m;
+  }
+
+  // For the probe: one unit at `bits`, fp16 elsewhere.
+  std::shared_ptr<const MethodImpl> probe(int n_layers, int layer, int side, int bits) const {
+    VQ_CHECK(layer >= 0 && layer < n_layers && side >= 0 && side < 2 && bits >= lo_ && bits <= hi_,
+             "ratequant probe: unit or width out of range");
+    auto m = std::make_shared<RateQuantMethod>(*this);
+    m->alloc_.assign(size_t(n_layers), {0, 0});
+    m->alloc_[size_t(layer)][size_t(side)] = bits;
+    return m;
+  }
+  int lo() const { return lo_; }
+  int hi() const { return hi_; }
+  double avg() const { return avg_; }
+
+ private:
+  const MethodImpl& at(int w) const { return *by_width_[size_t(w - lo_)]; }
+  int width(int layer, int side) const {
+    VQ_CHECK(!alloc_.empty(), "ratequant: the codecs need the allocation of a calibration (veloxquant calibrate)");
+    VQ_CHECK_DATA(layer >= 0 && size_t(layer) < alloc_.size(),
+                  fmt::format("ratequant: the allocation covers {} layers, not layer {}", alloc_.size(), layer));
+    return alloc_[size_t(layer)][size_t(side)];
+  }
+  template <typename Bits>
+  double mean_bits(int side, Bits bits) const {
+    if (alloc_.empty()) {
+      // Before calibration: the base's formula at avg, interpolated between lo and hi.
+      const double b_lo = bits(at(lo_)), b_hi = bits(at(hi_));
+      return hi_ == lo_ ? b_lo : b_lo + (avg_ - lo_) * (b_hi - b_lo) / (hi_ - lo_);
+    }
+    double s = 0;
+    for (const auto& a : alloc_) {
+      const int w = a[size_t(side)];
+      s += w == 0 ? bits(*fp16_) : bits(at(w));
+    }
+    return s / double(alloc_.size());
+  }
+
+  size_t base_;
+  double avg_;
+  int lo_, hi_;
+  std::vector<std::shared_ptr<const MethodImpl>> by_width_;
+  std::shared_ptr<const MethodImpl> fp16_;
+  std::vector<std::array<int, 2>> alloc_;  // (key, value) width per layer; 0: fp16 (the probe)
+};
+
+const RateQuantMethod& ratequant_impl(const Method& m) {
+  const auto* r = dynamic_cast<const RateQuantMethod*>(&m.keys());
+  VQ_CHECK(r, fmt::format("'{}' is not a ratequant method", m.spec()));
+  return *r;
+}
+
+}  // namespace
+
+bool is_ratequant(const Method& m) { return dynamic_cast<const RateQuantMethod*>(&m.keys()) != nullptr; }
+
+std::vector<int> ratequant_widths(const Method& m) {
+  const RateQuantMethod& r = ratequant_impl(m);
+  std::vector<int> w;
+  for (int b = r.lo(); b <= r.hi(); ++b) w.push_back(b);
+  return w;
+}
+
+int ratequant_budget(const Method& m, int units) {
+  const RateQuantMethod& r = ratequant_impl(m);
+  const double total = r.avg() * units;
+  VQ_CHECK(std::fabs(total - std::round(total)) < 1e-9,
+           fmt::format("'{}': avg={:g} over {} units (keys and values of each layer) is {:g} bits, not a whole number; "
+                       "choose an avg that is a multiple of 1/{}",
+                       m.spec(), r.avg(), units, total, units));
+  return int(std::lround(total));
+}
+
+Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits) {
+  auto p = ratequant_impl(m).probe(n_layers, layer, side, bits);
+  return Method(fmt::format("{} probe: layer {} {} at {} bits", m.spec(), layer, side == 0 ? "keys" : "values", bits), p,
+                p);
+}
+
+Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
+                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe) {
+  const std::vector<int> widths = ratequant_widths(m);
+  const int L = int(probe.size());
+  VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
+  const int total = ratequant_budget(m, 2 * L);
+  Calibration c;
+  c.spec = m.spec();
+  c.model = model;
+  c.source = source;
+  c.tokens = tokens;
+  c.probe_bits = widths;
+  std::vector<std::vector<double>> loss;
+  for (int l = 0; l < L; ++l) {
+    LayerCalibration lc;
+    lc.head_dim = model.head_dim;
+    for (int side = 0; side < 2; ++side) {
+      const auto& kl = probe[size_t(l)][size_t(side)];
+      VQ_CHECK(kl.size() == widths.size(), "ratequant: a probe row without one KL per width");
+      std::vector<float>& row = side == 0 ? lc.key_probe_kl : lc.value_probe_kl;
+      for (double x : kl) row.push_back(float(x));
+      loss.emplace_back(row.begin(), row.end());
+    }
+    c.layers.push_back(std::move(lc));
+  }
+  const std::vector<int> alloc = allocate_bits(loss, widths.front(), total);
+  for (int l = 0; l < L; ++l) {
+    c.layers[size_t(l)].key_bits = alloc[size_t(2 * l)];
+    c.layers[size_t(l)].value_bits = alloc[size_t(2 * l + 1)];
+  }
+  return c;
+}
+
+const MethodDef& ratequant_method() {
+  static const MethodDef def{
+      {"ratequant",
+       "RateQuant: per-layer key and value bit widths over a base method, from a KL sensitivity probe (needs calibrate)",
+       {
+           {"base", ParamType::kChoice, 0, 0, 1, "base method (its other parameters at their defaults)",
+            {kBaseNames[0], kBaseNames[1]}},
+           {"avg", ParamType::kFloat, 3, 1, 8, "average bit width over all layers' keys and values (met exactly)", {}},
+           {"lo", ParamType::kInt, 2, 1, 8, "fewest bits a unit may get", {}},
+           {"hi", ParamType::kInt, 4, 1, 8, "most bits a unit may get", {}},
+       }},
+      [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<RateQuantMethod>(v); }};
+  return def;
+}
+
+}  // namespace vq::kv

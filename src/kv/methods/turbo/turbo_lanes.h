@@ -1,0 +1,75 @@
+// TurboQuant rows (turbo_rows.h: an fp16 scale and a code of `bits` bits per rotated coordinate,
+// read through a table of 2^bits levels) laid out with tokens in the vector lanes, and the fused
+// kernels that read them (turbo_lanes.cpp). The quantizer is the rows' own; only where the codes
+// sit differs from the row layout, so bits per element are unchanged.
+//
+// A block holds 16 tokens: their 16 fp16 scales, then for each group of 32 channels `bits`
+// words per token, laid out [group][word m][token t]: token t's 32 codes of the group as one
+// bit string over its words (code k at bits bits*k .. bits*k+bits-1, low words first; at 3 bits
+// codes 10 and 21 straddle two words). One vector load gives a word of 8 or 16 tokens, and a
+// channel's codes come out with a shift (two and an or when they straddle) and one register
+// table lookup of the levels (vpermps/vpermps + blend at 4 bits on AVX2, vpermps on AVX-512),
+// which ignores the bits of the next channels above the code.
+//
+//   scores:     q . x_hat = scale_t * sum_c q'_c level(code_tc); tokens in lanes, no horizontal
+//               sums; the query (already rotated by the wrapper) is read chunk-major. At 1 bit
+//               (head_dim <= 512) the prepared query is instead a table per nibble of 4 channels
+//               (the 16 partial sums sum_j q'_c0+j level(bit j)), and a token costs one register
+//               lookup and one add per 4 channels.
+//   accumulate: acc'_c += sum_t (w_t scale_t) level(code_tc) in the rotated space; per channel
+//               the lanes are summed once per run of 256 tokens.
+//
+// Applies when bits is 1..4, head_dim is a multiple of 32 and at most 4096; otherwise the
+// row layout (RowKeyCodec / RowValueCodec) keeps serving the rows.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "src/kv/methods/turbo/turbo_rows.h"
+#include "src/kv/methods/turbo/turbo_sign_lanes.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv {
+
+// One part of a block in the token-lane layout for (d, bits) (for values at one bit, the
+// per-channel token planes of turbo_sign_lanes.h): its scalar put and decode, and its fused
+// kernels over blocks `stride` bytes apart, the part at the same offset in each. The lane codecs
+// are one part per block; TurboQuant-Prod keeps two side by side (its codes and its residual's
+// sketch). Requires turbo_lanes_apply(d, bits).
+class TurboLanePart {
+ public:
+  // levels: the 2^bits levels a code stands for before the token's scale; values: the value layout.
+  TurboLanePart(int d, int bits, std::vector<float> levels, bool values);
+  int d() const { return d_; }
+  size_t bytes() const;
+  // Token t's codes and fp16 scale (the other tokens' bytes are kept).
+  void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* part) const;
+  // The 16 tokens, x = scale * level(code), d floats each.
+  void decode(const uint8_t* part, float* x) const;
+
+  // Keys: the prepared query (query_state_floats), and the scores of rows state_stride apart.
+  size_t query_state_floats() const;
+  void prepare_query(const float* q, float* state) const;
+  void scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
+              int64_t i1, float* out, size_t out_stride) const;
+  // Values: acc rows (acc_stride apart, d floats used) += sum_t w_t scale_t level(code_t).
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
+                  int64_t i1, float* acc, size_t acc_stride) const;
+
+ private:
+  int d_, bits_;
+  bool signs_, tables_;
+  std::vector<float> levels_;
+  alignas(64) std::array<float, 16> table16_;
+  alignas(64) std::array<float, 64> patterns_{};
+};
+
+bool turbo_lanes_apply(int d, int bits);
+// The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token
+// planes of turbo_sign_lanes.h instead), the row codecs otherwise.
+std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);
+std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
+
+}  // namespace vq::kv

@@ -1,0 +1,319 @@
+// TurboQuant's fractional bit widths. The paper (section 4.3) reaches 2.5 and 3.5 bits by
+// splitting the channels into an outlier set and the rest and running two independent instances
+// of TurboQuant, the outliers at one bit more; it follows QJL's outlier handling, whose
+// reference code picks, in each group of tokens, the channels with the largest norm over the
+// group. So here, per group of `group` tokens:
+//
+//   - the `outliers` (N) channels of largest norm over the group are marked in a d-bit mask;
+//   - each token's outlier part (N channels, ascending) and the rest (d - N) are each a
+//     TurboQuant-MSE row: own fp16 norm, own seeded rotation (randomized Hadamard for a
+//     power-of-two part, a dense Haar matrix otherwise), Lloyd–Max codes of the sphere of the
+//     part's dimension, at bits + 1 and bits.
+//
+// Code bits per element are bits + N / d: N = d / 2 gives the paper's x.5 settings (its text
+// counts 32 of 128 channels at 3 bits as 2.5 bits; that split is 2.25, and `outliers=32` gives
+// it). The two norms and the mask count too:
+//   bits + N / d + 32 / d + 1 / group.
+//
+// Layout: the group's mask, then the outlier parts of its tokens as blocks of 16 tokens of
+// TurboQuant-MSE's own codec at N dimensions (turbo_lanes.h: tokens in the vector lanes when N is
+// a multiple of 32, rows otherwise), then the rest as blocks of the d - N codec; the same bytes
+// as a row per token. So `group` is a multiple of 16.
+//
+// Scores: the query is cut along each group's mask and its two parts rotated (once per group
+// and query, not per key; a rotation of the whole query cannot serve, since the parts change
+// from group to group), then each part's codec scores the group's tokens with its fused kernel
+// and the two scores add. Values accumulate in the rotated parts per group through the parts'
+// fused kernels and go back to channels once per group.
+//
+// Tokens of a group share its mask, so they are encoded together when the group is full; until
+// then they wait in the cache's fp16 window.
+//
+// pick=first (an ablation, not the paper) marks the first N channels in every group instead: the
+// same bits and layout without the choice of channels, to measure what the choice is worth.
+#include "src/kv/methods/turbo/turbo_split.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "src/core/random_rotation.h"
+#include "src/kv/kernels/lut_kernels.h"
+#include "src/kv/methods/turbo/turbo_lanes.h"
+#include "src/kv/outlier_channels.h"
+#include "src/kv/registry.h"
+#include "veloxquant/error.h"
+
+namespace vq::kv {
+namespace {
+
+uint64_t part_seed(uint64_t seed, int part) {
+  return (seed ^ 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull + uint64_t(part);
+}
+
+// The channels of a group, ascending: the outliers, then the rest (refilled block after block,
+// so a pass over a run allocates once).
+struct Channels {
+  std::vector<int> hi, lo;
+  std::vector<uint8_t> in_hi;  // scratch: channel c is in hi
+};
+
+// What the key and the value codec share: the channel mask, the two rotations and the two part
+// codecs (Part: KeyCodec or ValueCodec), and moving a token between channel space and the parts.
+template <typename Part>
+class TurboSplit {
+ public:
+  TurboSplit(const TurboSplitShape& s, uint64_t seed, std::unique_ptr<Part> hi, std::unique_ptr<Part> lo)
+      : s_(s), n_(s.outliers), hi_(std::move(hi)), lo_(std::move(lo)), rot_hi_(size_t(s.outliers), part_seed(seed, 0)),
+        rot_lo_(size_t(s.d - s.outliers), part_seed(seed, 1)), mask_bytes_(plane_bytes(s.d)),
+        subs_(s.group / kTurboBlockTokens) {}
+
+  int d() const { return s_.d; }
+  int n() const { return n_; }
+  int group() const { return s_.group; }
+  const Part& hi() const { return *hi_; }
+  const Part& lo() const { return *lo_; }
+  size_t block_bytes() const { return mask_bytes_ + size_t(subs_) * (hi_->block_bytes() + lo_->block_bytes()); }
+  size_t param_bytes() const { return hi_->param_bytes() + lo_->param_bytes() + rot_hi_.bytes() + rot_lo_.bytes(); }
+  // The group's blocks of each part (subs_ of them, 16 tokens each) after its mask.
+  const uint8_t* hi_blocks(const uint8_t* block) const { return block + mask_bytes_; }
+  const uint8_t* lo_blocks(const uint8_t* block) const {
+    return block + mask_bytes_ + size_t(subs_) * hi_->block_bytes();
+  }
+
+  void encode(const float* x, uint8_t* block) const {
+    std::memset(block, 0, mask_bytes_);
+    if (s_.pick_by_norm) {
+      for (int c : top_norm_channels(x, s_.group, s_.d, n_)) block[c / 8] |= uint8_t(1u << (c % 8));
+    } else {
+      for (int c = 0; c < n_; ++c) block[c / 8] |= uint8_t(1u << (c % 8));
+    }
+    Channels ch;
+    channels(block, &ch);
+    const int rest = s_.d - n_;
+    std::vector<float> y(size_t(s_.d)), yh(size_t(s_.group) * n_), yl(size_t(s_.group) * rest);
+    for (int t = 0; t < s_.group; ++t) {
+      to_rotated(ch, x + size_t(t) * s_.d, y.data());
+      std::copy_n(y.data(), n_, yh.data() + size_t(t) * n_);
+      std::copy_n(y.data() + n_, rest, yl.data() + size_t(t) * rest);
+    }
+    uint8_t* hb = block + mask_bytes_;
+    uint8_t* lb = hb + size_t(subs_) * hi_->block_bytes();
+    for (int j = 0; j < subs_; ++j) {
+      hi_->encode(yh.data() + size_t(j) * kTurboBlockTokens * n_, 0, hb + size_t(j) * hi_->block_bytes());
+      lo_->encode(yl.data() + size_t(j) * kTurboBlockTokens * rest, 0, lb + size_t(j) * lo_->block_bytes());
+    }
+  }
+  void decode(const uint8_t* block, float* x) const {
+    Channels ch;
+    channels(block, &ch);
+    const int rest = s_.d - n_;
+    std::vector<float> yh(size_t(s_.group) * n_), yl(size_t(s_.group) * rest), y(size_t(s_.d));
+    for (int j = 0; j < subs_; ++j) {
+      hi_->decode(hi_blocks(block) + size_t(j) * hi_->block_bytes(), 0, yh.data() + size_t(j) * kTurboBlockTokens * n_);
+      lo_->decode(lo_blocks(block) + size_t(j) * lo_->block_bytes(), 0, yl.data() + size_t(j) * kTurboBlockTokens * rest);
+    }
+    std::fill_n(x, size_t(s_.group) * s_.d, 0.0f);
+    for (int t = 0; t < s_.group; ++t) {
+      std::copy_n(yh.data() + size_t(t) * n_, n_, y.data());
+      std::copy_n(yl.data() + size_t(t) * rest, rest, y.data() + n_);
+      add_from_rotated(ch, y.data(), x + size_t(t) * s_.d);
+    }
+  }
+
+  // A mask with other than N channels marked (a damaged saved cache) still gives N and d - N
+  // channels: the first N marked ones, completed by the first unmarked ones.
+  void channels(const uint8_t* block, Channels* ch) const {
+    // An intact mask (N channels marked, none past d): one pass, both lists ascending, without
+    // branches (a mask's bits are as good as random: a branch per channel mispredicted half the
+    // time and was over a quarter of the attention time).
+    ch->hi.resize(size_t(s_.d));
+    ch->lo.resize(size_t(s_.d));
+    int h = 0, l = 0;
+    for (int c = 0; c < s_.d; ++c) {
+      const int bit = (block[c / 8] >> (c % 8)) & 1;
+      ch->hi[size_t(h)] = c;
+      ch->lo[size_t(l)] = c;
+      h += bit;
+      l += 1 - bit;
+    }
+    if (h == n_ && (s_.d % 8 == 0 || (block[s_.d / 8] >> (s_.d % 8)) == 0)) {
+      ch->hi.resize(size_t(h));
+      ch->lo.resize(size_t(l));
+      return;
+    }
+    ch->hi.clear();
+    ch->lo.clear();
+    ch->in_hi.assign(size_t(s_.d), 0);
+    for (int c = 0; c < s_.d && int(ch->hi.size()) < n_; ++c) {
+      if ((block[c / 8] >> (c % 8)) & 1) ch->hi.push_back(c), ch->in_hi[size_t(c)] = 1;
+    }
+    for (int c = 0; c < s_.d && int(ch->hi.size()) < n_; ++c) {
+      if (!ch->in_hi[size_t(c)]) ch->hi.push_back(c), ch->in_hi[size_t(c)] = 1;
+    }
+    std::sort(ch->hi.begin(), ch->hi.end());
+    for (int c = 0; c < s_.d; ++c) {
+      if (!ch->in_hi[size_t(c)]) ch->lo.push_back(c);
+    }
+  }
+  // x in channel space -> [R_hi x_hi | R_lo x_lo].
+  void to_rotated(const Channels& ch, const float* x, float* y) const {
+    for (int j = 0; j < n_; ++j) y[j] = x[ch.hi[size_t(j)]];
+    for (int j = 0; j < s_.d - n_; ++j) y[n_ + j] = x[ch.lo[size_t(j)]];
+    rot_hi_.forward(y);
+    rot_lo_.forward(y + n_);
+  }
+  // acc += the channel-space vector whose rotated parts are y (y is overwritten).
+  void add_from_rotated(const Channels& ch, float* y, float* acc) const {
+    rot_hi_.inverse(y);
+    rot_lo_.inverse(y + n_);
+    for (int j = 0; j < n_; ++j) acc[ch.hi[size_t(j)]] += y[j];
+    for (int j = 0; j < s_.d - n_; ++j) acc[ch.lo[size_t(j)]] += y[n_ + j];
+  }
+
+  // fn(block, first token of the block in [i0, i1), its slot in the block, how many) for the
+  // blocks that tokens [i0, i1) of a run touch.
+  template <typename Fn>
+  void for_blocks(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
+    const int64_t G = s_.group;
+    for (int64_t b = i0 / G; b * G < i1; ++b) {
+      const int64_t a = std::max(i0, b * G), e = std::min(i1, (b + 1) * G);
+      fn(blocks + size_t(b) * block_bytes(), a, int(a - b * G), int(e - a));
+    }
+  }
+
+ private:
+  TurboSplitShape s_;
+  int n_;
+  std::unique_ptr<Part> hi_, lo_;
+  RandomRotation rot_hi_, rot_lo_;
+  size_t mask_bytes_;
+  int subs_;
+};
+
+template <typename Base>
+class TurboSplitCodec : public Base {
+ public:
+  TurboSplitCodec(const TurboSplitShape& s, uint64_t seed, std::unique_ptr<Base> hi, std::unique_ptr<Base> lo)
+      : split_(s, seed, std::move(hi), std::move(lo)) {}
+  int head_dim() const override { return split_.d(); }
+  int block_tokens() const override { return split_.group(); }
+  size_t block_bytes() const override { return split_.block_bytes(); }
+  size_t param_bytes() const override { return split_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override { split_.encode(x, block); }
+  void decode(const uint8_t* block, int64_t, float* x) const override { split_.decode(block, x); }
+
+ protected:
+  const TurboSplit<Base>& split() const { return split_; }
+
+ private:
+  TurboSplit<Base> split_;
+};
+
+// Scores: per group and query row the query's two rotated parts are prepared for the part codecs
+// (a copy, or at one bit its nibble tables), then each part scores the group's tokens with its
+// fused kernel and the two scores add.
+class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
+ public:
+  using TurboSplitCodec::TurboSplitCodec;
+  size_t query_state_floats() const override { return size_t(head_dim()); }
+  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const override {
+    const TurboSplit<KeyCodec>& sp = split();
+    const int d = head_dim(), G = sp.group();
+    const size_t sh = sp.hi().query_state_floats(), sl = sp.lo().query_state_floats();
+    std::vector<float> y(static_cast<size_t>(d)), st_hi(size_t(n_q) * sh), st_lo(size_t(n_q) * sl), lo(size_t(n_q) * G);
+    Channels ch;
+    sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
+      sp.channels(block, &ch);
+      for (int r = 0; r < n_q; ++r) {
+        sp.to_rotated(ch, states + size_t(r) * d, y.data());
+        sp.hi().prepare_query(y.data(), st_hi.data() + size_t(r) * sh);
+        sp.lo().prepare_query(y.data() + sp.n(), st_lo.data() + size_t(r) * sl);
+      }
+      float* dst = out + (a - i0);
+      sp.hi().scores(st_hi.data(), n_q, sp.hi_blocks(block), 0, t0, t0 + n, dst, out_stride);
+      sp.lo().scores(st_lo.data(), n_q, sp.lo_blocks(block), 0, t0, t0 + n, lo.data(), size_t(G));
+      for (int r = 0; r < n_q; ++r) {
+        for (int t = 0; t < n; ++t) dst[size_t(r) * out_stride + size_t(t)] += lo[size_t(r) * G + size_t(t)];
+      }
+    });
+  }
+};
+
+// Values: per group each part accumulates its tokens in its rotated space with its fused kernel;
+// the parts are finalized, rotated back and added to the channels once per group and query row.
+class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
+ public:
+  using TurboSplitCodec::TurboSplitCodec;
+  size_t accum_floats() const override { return size_t(head_dim()); }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc) const override {
+    const TurboSplit<ValueCodec>& sp = split();
+    const int d = head_dim(), N = sp.n();
+    const size_t ah = sp.hi().accum_floats(), al = sp.lo().accum_floats();
+    std::vector<float> acc_hi(size_t(n_q) * ah), acc_lo(size_t(n_q) * al), fin_hi(size_t(n_q) * N),
+        fin_lo(size_t(n_q) * (d - N)), y(static_cast<size_t>(d));
+    Channels ch;
+    sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
+      sp.channels(block, &ch);
+      std::fill(acc_hi.begin(), acc_hi.end(), 0.0f);
+      std::fill(acc_lo.begin(), acc_lo.end(), 0.0f);
+      sp.hi().accumulate(w + (a - i0), w_stride, n_q, sp.hi_blocks(block), 0, t0, t0 + n, acc_hi.data());
+      sp.lo().accumulate(w + (a - i0), w_stride, n_q, sp.lo_blocks(block), 0, t0, t0 + n, acc_lo.data());
+      sp.hi().finalize(acc_hi.data(), n_q, fin_hi.data());
+      sp.lo().finalize(acc_lo.data(), n_q, fin_lo.data());
+      for (int r = 0; r < n_q; ++r) {
+        std::copy_n(fin_hi.data() + size_t(r) * N, N, y.data());
+        std::copy_n(fin_lo.data() + size_t(r) * (d - N), d - N, y.data() + N);
+        sp.add_from_rotated(ch, y.data(), acc + size_t(r) * d);
+      }
+    });
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    std::copy_n(acc, size_t(n_q) * head_dim(), out);
+  }
+};
+
+}  // namespace
+
+void check_turbo_split(const TurboSplitShape& s) {
+  const int rest = s.d - s.outliers;
+  VQ_CHECK(s.outliers >= 4 && rest >= 4,
+           fmt::format("turbo: outliers={} must leave at least 4 channels on each side of head_dim {}", s.outliers, s.d));
+  for (int n : {s.outliers, rest}) {
+    VQ_CHECK(rotatable_dim(n),
+             fmt::format("turbo: a part of {} channels is too large for a dense rotation (outliers={}, head_dim {})", n,
+                         s.outliers, s.d));
+  }
+  VQ_CHECK(s.bits + 1 <= 4, fmt::format("turbo: outliers need bits <= 3 (the outlier channels take bits + 1), got bits={}", s.bits));
+  VQ_CHECK(s.group % kTurboBlockTokens == 0,
+           fmt::format("turbo: group={} must be a multiple of {} (each part keeps blocks of {} tokens)", s.group,
+                       kTurboBlockTokens, kTurboBlockTokens));
+}
+
+size_t turbo_split_block_bytes(const TurboSplitShape& s) {
+  const size_t row = 2 + size_t(s.bits + 1) * plane_bytes(s.outliers) + 2 + size_t(s.bits) * plane_bytes(s.d - s.outliers);
+  return plane_bytes(s.d) + size_t(s.group) * row;
+}
+
+double turbo_split_bits(const TurboSplitShape& s) {
+  return 8.0 * double(turbo_split_block_bytes(s)) / (double(s.group) * s.d);
+}
+
+std::unique_ptr<KeyCodec> turbo_split_keys(const TurboSplitShape& s, uint64_t seed) {
+  check_turbo_split(s);
+  return std::make_unique<TurboSplitKeyCodec>(s, seed, make_turbo_key_codec(sphere_rows(s.outliers, s.bits + 1, s.norm)),
+                                              make_turbo_key_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm)));
+}
+std::unique_ptr<ValueCodec> turbo_split_values(const TurboSplitShape& s, uint64_t seed) {
+  check_turbo_split(s);
+  return std::make_unique<TurboSplitValueCodec>(s, seed,
+                                                make_turbo_value_codec(sphere_rows(s.outliers, s.bits + 1, s.norm)),
+                                                make_turbo_value_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm)));
+}
+
+}  // namespace vq::kv
