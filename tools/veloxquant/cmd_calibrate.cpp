@@ -2,7 +2,7 @@
 // records each layer's keys (turned back to before RoPE), values, and what errors in them cost
 // attention (src/kv/calib/calibrate.h), lets the method learn from them, and writes the result
 // as a checked calibration file bound to the spec and to the model. RateQuant learns instead from
-// a sensitivity probe (tools/veloxquant/rate_probe.h) over --probe-tokens tokens, and its file
+// a sensitivity probe (src/eval/rate_probe.h) over --probe-tokens tokens, and its file
 // holds the probe table and the bit allocation.
 #include <fmt/format.h>
 
@@ -11,10 +11,11 @@
 #include "src/core/threads.h"
 #include "src/engine/session.h"
 #include "src/kv/calib/calibrate.h"
-#include "src/kv/methods/ratequant.h"
+#include "src/eval/perplexity.h"
+#include "src/eval/rate_probe.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/commands.h"
-#include "tools/veloxquant/rate_probe.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
 
@@ -65,13 +66,16 @@ Runner add_calibrate_command(CLI::App& app) {
       const int64_t n = std::min<int64_t>(std::max<int64_t>(1, o->probe_tokens / ctx), int64_t(tokens.size()) / ctx);
       VQ_CHECK(n > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), ctx));
       std::vector<std::vector<int32_t>> chunks;
-      for (int64_t c = 0; c < n; ++c) {
-        chunks.emplace_back(tokens.begin() + c * ctx, tokens.begin() + (c + 1) * ctx);
-        if (tok.add_bos() && tok.bos() >= 0) chunks.back()[0] = tok.bos();
-      }
+      for (int64_t c = 0; c < n; ++c) chunks.push_back(eval::chunk_tokens(tokens, c, ctx, eval::chunk_bos(tok)));
       fmt::print(stderr, "probing {}: {} layers x 2 sides x {} widths over {} chunk(s) of {} tokens\n", method.spec(), L,
                  kv::ratequant_widths(method).size(), n, ctx);
-      const auto probe = run_rate_probe(*model, method, chunks);
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto probe = eval::run_rate_probe(*model, method, chunks, [&](int64_t done, int64_t runs) {
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        fmt::print(stderr, "\r[{}/{}] probe runs ({:.0f} s, ~{:.0f} s left)   ", done, runs, el,
+                   el / double(done) * double(runs - done));
+      });
+      fmt::print(stderr, "\n");
       const std::string source = fmt::format("{} ({}), probe over {} chunk(s) of {} tokens", o->file, o->part, n, ctx);
       const kv::Calibration calib = kv::ratequant_calibration(method, model->identity(), source, n * ctx, probe);
       kv::save_calibration(o->out, calib);
@@ -84,8 +88,7 @@ Runner add_calibrate_command(CLI::App& app) {
     session.set_observer(&collector);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t c = 0; c < n_chunks; ++c) {
-      std::vector<int32_t> chunk(tokens.begin() + c * o->ctx, tokens.begin() + (c + 1) * o->ctx);
-      if (tok.add_bos() && tok.bos() >= 0) chunk[0] = tok.bos();
+      const std::vector<int32_t> chunk = eval::chunk_tokens(tokens, c, o->ctx, eval::chunk_bos(tok));
       session.clear();
       session.feed_select(chunk, std::vector<uint8_t>(chunk.size(), 0), nullptr);
       fmt::print(stderr, "\r[{}/{}] chunks run ({:.0f} s)   ", c + 1, n_chunks,

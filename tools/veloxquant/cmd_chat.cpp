@@ -12,6 +12,7 @@
 #include "src/engine/chat_template.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "src/eval/generation.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
@@ -122,17 +123,14 @@ Runner add_chat_command(CLI::App& app) {
       session.feed(ids, &logits);
       history.insert(history.end(), added.begin(), added.end());
       std::string reply;
-      int produced = 0;
-      int32_t id = -1;
-      while (produced < o->n_predict && session.n_past() < o->ctx) {
-        id = sampler.sample(logits.data(), model->config().n_vocab);
-        if (tok.is_eog(id)) break;
-        const std::string piece = tok.piece(id);
-        reply += piece;
-        out.write(piece);
-        ++produced;
-        session.feed({id}, &logits);
-      }
+      eval::GenerationLimits limits;
+      limits.n_predict = o->n_predict;
+      limits.n_ctx = o->ctx;
+      eval::generate_tokens(session, sampler, tok, model->config().n_vocab, &logits, limits,
+                            [&](const std::string& piece) {
+                              reply += piece;
+                              out.write(piece);
+                            });
       out.flush();
       fmt::print("\n");
       std::fflush(stdout);

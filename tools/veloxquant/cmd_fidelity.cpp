@@ -10,11 +10,10 @@
 #include <sstream>
 
 #include "src/core/threads.h"
-#include "src/engine/session.h"
+#include "src/eval/fidelity.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
-#include "tools/veloxquant/fidelity_metrics.h"
 #include "veloxquant/error.h"
 
 namespace vq::cli {
@@ -57,18 +56,13 @@ Runner add_fidelity_command(CLI::App& app) {
     tokens.resize(size_t(o->tokens));
 
     // The fp16 run, captured.
-    CaptureObserver capture(model->cache_layout());
-    {
-      engine::Session session(*model, kv::parse_method("fp16"), o->tokens);
-      session.set_observer(&capture);
-      session.feed(tokens, nullptr);
-    }
+    const std::vector<eval::LayerCapture> caps = eval::capture_layers(*model, tokens);
 
     nlohmann::json results = nlohmann::json::array();
     std::vector<std::vector<std::string>> table = {
         {"spec", "bits/elem", "key rMSE", "key cos", "val rMSE", "val cos", "score rErr", "mass moved", "out rErr",
          "worst out rErr"}};
-    const auto metrics_json = [](const LayerFidelity& f) {
+    const auto metrics_json = [](const eval::LayerFidelity& f) {
       return nlohmann::json{{"key_rel_mse", f.key_rel_mse},     {"key_cos", f.key_cos},
                             {"value_rel_mse", f.value_rel_mse}, {"value_cos", f.value_cos},
                             {"score_rel_err", f.score_rel_err}, {"mass_moved", f.mass_moved},
@@ -78,25 +72,14 @@ Runner add_fidelity_command(CLI::App& app) {
       const kv::Method method = method_for_model(spec, o->calib, *model);
       const int d = model->config().head_dim;
       const double bits = (method.keys().key_bits(d) + method.values().value_bits(d)) / 2;
-      LayerFidelity mean;
-      double worst = 0;
-      int worst_layer = 0;
+      const eval::MethodFidelity m = eval::measure_method(method, caps, o->queries);
+      const eval::LayerFidelity& mean = m.mean;
+      const double worst = m.worst_out_rel_err;
+      const int worst_layer = m.worst_layer;
       nlohmann::json layers = nlohmann::json::array();
       std::vector<std::vector<std::string>> layer_rows;
-      const auto& caps = capture.layers();
       for (size_t l = 0; l < caps.size(); ++l) {
-        const LayerFidelity f = measure_layer(method, caps[l], o->queries);
-        mean.key_rel_mse += f.key_rel_mse / double(caps.size());
-        mean.key_cos += f.key_cos / double(caps.size());
-        mean.value_rel_mse += f.value_rel_mse / double(caps.size());
-        mean.value_cos += f.value_cos / double(caps.size());
-        mean.score_rel_err += f.score_rel_err / double(caps.size());
-        mean.mass_moved += f.mass_moved / double(caps.size());
-        mean.out_rel_err += f.out_rel_err / double(caps.size());
-        if (f.out_rel_err > worst) {
-          worst = f.out_rel_err;
-          worst_layer = int(l);
-        }
+        const eval::LayerFidelity& f = m.layers[l];
         auto j = metrics_json(f);
         j["layer"] = l;
         j["sliding_window"] = caps[l].config.sliding_window;
@@ -124,7 +107,7 @@ Runner add_fidelity_command(CLI::App& app) {
       fmt::print("{}\n", j.dump(2));
     } else {
       fmt::print("fidelity on {} tokens of {} (attention of the last {} query tokens), means over {} layers\n\n",
-                 o->tokens, o->file, o->queries, capture.layers().size());
+                 o->tokens, o->file, o->queries, caps.size());
       print_table(table);
     }
     return 0;

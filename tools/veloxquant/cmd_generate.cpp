@@ -3,11 +3,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <limits>
 
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
+#include "src/eval/generation.h"
 #include "tools/veloxquant/calibration_args.h"
 #include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
@@ -87,32 +87,20 @@ Runner add_generate_command(CLI::App& app) {
       const bool ok = std::fclose(f) == 0 && written == logits.size();
       VQ_CHECK_DATA(ok, fmt::format("{}: write failed", o->dump_logits));
     }
-    std::vector<int32_t> eog_ids;
-    if (o->ignore_eos) {
-      for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-        if (tok.is_eog(id)) eog_ids.push_back(id);
-      }
-    }
-    std::vector<int32_t> generated;
-    bool last_fed = true;  // whether the last generated token is in the cache
-    for (int i = 0; i < o->n_predict; ++i) {
-      for (int32_t e : eog_ids) logits[size_t(e)] = -std::numeric_limits<float>::infinity();
-      const int32_t id = sampler.sample(logits.data(), model->config().n_vocab);
-      generated.push_back(id);
-      last_fed = false;
-      if (tok.is_eog(id)) break;
-      out.write(tok.piece(id));
-      if (i + 1 < o->n_predict) {
-        session.feed({id}, &logits);
-        last_fed = true;
-      }
-    }
+    eval::GenerationLimits limits;
+    limits.n_predict = o->n_predict;
+    limits.n_ctx = o->ctx;
+    limits.feed_last = false;  // the last token's logits are needed only to save the session
+    if (o->ignore_eos) limits.banned = eval::eog_tokens(tok);
+    const eval::Generated gen = eval::generate_tokens(session, sampler, tok, model->config().n_vocab, &logits, limits,
+                                                      [&](const std::string& piece) { out.write(piece); });
+    const std::vector<int32_t>& generated = gen.ids;
     out.flush();
     std::printf("\n");
     const auto t2 = std::chrono::steady_clock::now();
     if (!o->save_cache.empty()) {
       // The saved state is the one an uninterrupted run would sample its next token from.
-      if (!last_fed && !generated.empty() && !tok.is_eog(generated.back())) session.feed({generated.back()}, &logits);
+      if (!gen.last_fed && !generated.empty() && !tok.is_eog(generated.back())) session.feed({generated.back()}, &logits);
       save_current_session(o->save_cache, session, sampler, logits);
     }
     const double pf = std::chrono::duration<double>(t1 - t0).count();

@@ -1,15 +1,18 @@
 // What a cache method does to one layer's real activations: reconstruction of keys and values,
 // and what that costs attention (q.k scores, attention weights, the attention output), measured
-// against the activations captured from an fp16 run of the model.
+// against the activations captured from an fp16 run of the model; per method, the mean over
+// layers and the worst layer.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "src/engine/model.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/method.h"
 
-namespace vq::cli {
+namespace vq::eval {
 
 // One layer's activations as the model produced them ([n][heads][head_dim], floats).
 struct LayerCapture {
@@ -39,9 +42,24 @@ class CaptureObserver final : public kv::CacheObserver {
   void on_append(int layer, const float* k, const float* v, int n, int64_t pos0) override;
   void on_attend(int layer, const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale) override;
   const std::vector<LayerCapture>& layers() const { return layers_; }
+  std::vector<LayerCapture> take() { return std::move(layers_); }
 
  private:
   std::vector<LayerCapture> layers_;
 };
 
-}  // namespace vq::cli
+// Runs `tokens` through the model with an fp16 cache and returns every layer's capture.
+std::vector<LayerCapture> capture_layers(const engine::Model& model, const std::vector<int32_t>& tokens);
+
+// One method over every layer: each layer's metrics, their mean (each metric summed as
+// metric / layers, in layer order) and the layer with the largest out_rel_err (the first of
+// equals; layer 0 with worst_out_rel_err 0 if none is above 0).
+struct MethodFidelity {
+  std::vector<LayerFidelity> layers;
+  LayerFidelity mean;
+  double worst_out_rel_err = 0;
+  int worst_layer = 0;
+};
+MethodFidelity measure_method(const kv::Method& method, const std::vector<LayerCapture>& caps, int n_queries);
+
+}  // namespace vq::eval

@@ -6,16 +6,19 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "src/engine/model.h"
 #include "veloxquant/kv/method.h"
 
-namespace vq::cli {
+namespace vq::eval {
 
 // probe[layer][side][i]: mean KL (nats per scored token) with that unit alone at width i of
-// kv::ratequant_widths(method). Progress goes to stderr.
-std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Model& model, const kv::Method& method,
-                                                               const std::vector<std::vector<int32_t>>& chunks);
+// kv::ratequant_widths(method). progress(runs done, runs in all), if set, is called after each
+// probe run.
+std::vector<std::array<std::vector<double>, 2>> run_rate_probe(
+    const engine::Model& model, const kv::Method& method, const std::vector<std::vector<int32_t>>& chunks,
+    const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
-}  // namespace vq::cli
+}  // namespace vq::eval

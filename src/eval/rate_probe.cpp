@@ -1,29 +1,27 @@
-#include "tools/veloxquant/rate_probe.h"
+#include "src/eval/rate_probe.h"
 
 #include <fmt/format.h>
 
-#include <chrono>
-
 #include "src/engine/session.h"
-#include "src/kv/methods/ratequant.h"
-#include "tools/veloxquant/logit_kl.h"
+#include "src/eval/logit_kl.h"
+#include "src/eval/perplexity.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "veloxquant/error.h"
 
-namespace vq::cli {
+namespace vq::eval {
 
 std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Model& model, const kv::Method& method,
-                                                               const std::vector<std::vector<int32_t>>& chunks) {
+                                                               const std::vector<std::vector<int32_t>>& chunks,
+                                                               const std::function<void(int64_t, int64_t)>& progress) {
   VQ_CHECK(!chunks.empty(), "ratequant probe: no calibration chunks");
   const std::vector<int> widths = kv::ratequant_widths(method);
   const int L = int(model.cache_layout().size()), W = int(widths.size());
-  const int64_t n_ctx = int64_t(chunks[0].size()), V = model.config().n_vocab, first = n_ctx / 2;
-  std::vector<uint8_t> want(size_t(n_ctx), 0);
-  for (int64_t j = first; j < n_ctx - 1; ++j) want[size_t(j)] = 1;
-  const int64_t rows = n_ctx - 1 - first;
+  const int64_t n_ctx = int64_t(chunks[0].size()), V = model.config().n_vocab;
+  const std::vector<uint8_t> want = scored_rows(n_ctx);
+  const int64_t rows = n_ctx - 1 - first_scored_row(n_ctx);
   VQ_CHECK(rows > 0, fmt::format("ratequant probe: chunks of {} tokens score nothing", n_ctx));
   std::vector<std::array<std::vector<double>, 2>> probe(static_cast<size_t>(L));
   for (auto& p : probe) p = {std::vector<double>(size_t(W), 0.0), std::vector<double>(size_t(W), 0.0)};
-  const auto t0 = std::chrono::steady_clock::now();
   const int64_t runs = int64_t(chunks.size()) * L * 2 * W;
   int64_t done = 0;
   std::vector<float> logits;
@@ -42,15 +40,12 @@ std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Mod
           }
           probe[size_t(l)][size_t(side)][size_t(i)] += p.mean_kl(logits) / double(chunks.size());
           ++done;
-          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          fmt::print(stderr, "\r[{}/{}] probe runs ({:.0f} s, ~{:.0f} s left)   ", done, runs, el,
-                     el / double(done) * double(runs - done));
+          if (progress) progress(done, runs);
         }
       }
     }
   }
-  fmt::print(stderr, "\n");
   return probe;
 }
 
-}  // namespace vq::cli
+}  // namespace vq::eval

@@ -1,12 +1,13 @@
-#include "tools/veloxquant/fidelity_metrics.h"
+#include "src/eval/fidelity.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "src/engine/session.h"
 #include "veloxquant/error.h"
 
-namespace vq::cli {
+namespace vq::eval {
 
 int64_t LayerCapture::n_tokens() const {
   return int64_t(k.size()) / (int64_t(config.n_kv_heads) * config.head_dim);
@@ -136,4 +137,35 @@ LayerFidelity measure_layer(const kv::Method& method, const LayerCapture& cap, i
   return f;
 }
 
-}  // namespace vq::cli
+std::vector<LayerCapture> capture_layers(const engine::Model& model, const std::vector<int32_t>& tokens) {
+  CaptureObserver capture(model.cache_layout());
+  {
+    engine::Session session(model, kv::parse_method("fp16"), int64_t(tokens.size()));
+    session.set_observer(&capture);
+    session.feed(tokens, nullptr);
+  }
+  return capture.take();
+}
+
+MethodFidelity measure_method(const kv::Method& method, const std::vector<LayerCapture>& caps, int n_queries) {
+  MethodFidelity m;
+  LayerFidelity& mean = m.mean;
+  for (size_t l = 0; l < caps.size(); ++l) {
+    const LayerFidelity f = measure_layer(method, caps[l], n_queries);
+    mean.key_rel_mse += f.key_rel_mse / double(caps.size());
+    mean.key_cos += f.key_cos / double(caps.size());
+    mean.value_rel_mse += f.value_rel_mse / double(caps.size());
+    mean.value_cos += f.value_cos / double(caps.size());
+    mean.score_rel_err += f.score_rel_err / double(caps.size());
+    mean.mass_moved += f.mass_moved / double(caps.size());
+    mean.out_rel_err += f.out_rel_err / double(caps.size());
+    if (f.out_rel_err > m.worst_out_rel_err) {
+      m.worst_out_rel_err = f.out_rel_err;
+      m.worst_layer = int(l);
+    }
+    m.layers.push_back(f);
+  }
+  return m;
+}
+
+}  // namespace vq::eval

@@ -1,12 +1,13 @@
-#include "tools/veloxquant/logit_kl.h"
+#include "src/eval/logit_kl.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "src/core/threads.h"
+#include "src/engine/sampler.h"
 #include "veloxquant/error.h"
 
-namespace vq::cli {
+namespace vq::eval {
 
 void log_softmax(const float* x, int64_t n, std::vector<double>* out) {
   double mx = x[0];
@@ -16,6 +17,16 @@ void log_softmax(const float* x, int64_t n, std::vector<double>* out) {
   const double lse = mx + std::log(sum);
   out->resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) (*out)[size_t(i)] = double(x[i]) - lse;
+}
+
+double kl_divergence(const double* lp, const double* lq, int64_t n) {
+  double kl = 0;
+  for (int64_t i = 0; i < n; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(0.0, kl);
+}
+
+bool top1_agrees(const float* logits, const float* ref_logits, int64_t n) {
+  return engine::argmax(logits, n) == engine::argmax(ref_logits, n);
 }
 
 ReferenceDistributions::ReferenceDistributions(const std::vector<float>& logits, int64_t rows, int64_t n_vocab)
@@ -57,4 +68,4 @@ double ReferenceDistributions::mean_kl(const std::vector<float>& logits) const {
   return sum / double(rows_);
 }
 
-}  // namespace vq::cli
+}  // namespace vq::eval
