@@ -1,354 +1,16 @@
-// TurboQuant rows with tokens in the vector lanes: layout and kernels (see turbo_lanes.h).
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/kv/methods/turbo/turbo_lanes.cpp"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// TurboQuant with tokens in the vector lanes: the layout (turbo_lanes.h), TurboLanePart and the
+// lane codecs, which call the kernels of turbo_lane_kernels.cpp.
+#include "src/kv/methods/turbo/turbo_lanes.h"
+
 #include <algorithm>
+#include <array>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
-#include "hwy/highway.h"
 #include "src/core/fp16.h"
-#include "src/kv/kernels/fused_kernels-inl.h"
-#include "src/kv/methods/turbo/turbo_lanes.h"
-#include "src/kv/methods/turbo/turbo_sign_lanes.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace vq::kv {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-using DU = hn::RebindToUnsigned<DF>;
-using VU = hn::Vec<DU>;
-using DI = hn::RebindToSigned<DF>;
-constexpr int kLanes = int(hn::MaxLanes(DF()));
-constexpr int kSub = 16;    // tokens per block
-constexpr int kGroup = 32;  // channels per group of words
-constexpr int kParts = kSub / kLanes;
-constexpr size_t kScaleBytes = kSub * 2;
-static_assert(kSub % kLanes == 0, "16 tokens must be whole vectors");
-
-// The level table in registers; `table` holds 16 floats, level(i mod 2^bits).
-struct Levels {
-  VF lo, hi;  // entries 0 .. 7 and 8 .. 15 on AVX2 (hi is used at 4 bits only); 0 .. 15 in lo on AVX-512
-  const float* table;
-};
-
-HWY_INLINE Levels LoadLevels(const float* table16) {
-  const DF df;
-  return Levels{hn::LoadU(df, table16), hn::LoadU(df, table16 + (kLanes == 8 ? 8 : 0)), table16};
-}
-
-// level(low kBits bits of each lane of idx); the bits above are ignored.
-template <int kBits>
-HWY_INLINE VF Lookup(const Levels& L, VU idx) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return VF{_mm512_permutexvar_ps(idx.raw, L.lo.raw)};  // the low four bits (the table repeats)
-#elif HWY_TARGET == HWY_AVX2
-  const __m256 lo = _mm256_permutevar8x32_ps(L.lo.raw, idx.raw);  // the low three bits
-  if constexpr (kBits < 4) {
-    return VF{lo};
-  } else {
-    // bit 3 picks the upper half: moved to the sign bit, which blendv reads
-    const __m256 hi = _mm256_permutevar8x32_ps(L.hi.raw, idx.raw);
-    return VF{_mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx.raw, 28)))};
-  }
-#else
-  const DI di;
-  return hn::GatherIndex(DF(), L.table, hn::BitCast(di, hn::And(idx, hn::Set(DU(), (1u << kBits) - 1))));
-#endif
-}
-
-// Channel k's codes (in the low bits, the next channels' above) from a group's words w[0..kBits).
-template <int kBits, int k>
-HWY_INLINE VU CodeBits(const VU* w) {
-  constexpr int o = kBits * k, m = o / 32, s = o % 32;
-  if constexpr (s == 0) {
-    return w[m];
-  } else if constexpr (s + kBits <= 32) {
-    return hn::ShiftRight<s>(w[m]);
-  } else {
-    return hn::Or(hn::ShiftRight<s>(w[m]), hn::ShiftLeft<32 - s>(w[m + 1]));
-  }
-}
-
-// Calls fn(std::integral_constant<int, bits>) for bits 1..4 (4 for anything else), so that each
-// kernel is instantiated once per bit width from one switch.
-template <class Fn>
-HWY_INLINE void WithBits(int bits, Fn&& fn) {
-  switch (bits) {
-    case 1: fn(std::integral_constant<int, 1>()); break;
-    case 2: fn(std::integral_constant<int, 2>()); break;
-    case 3: fn(std::integral_constant<int, 3>()); break;
-    default: fn(std::integral_constant<int, 4>()); break;
-  }
-}
-
-// ---- scores -------------------------------------------------------------------------------
-
-// Two accumulator sets, alternating by channel, so that the FMA latency never limits.
-constexpr int kSets = 2;
-
-template <int kBits, int kRows, int k>
-HWY_INLINE void ScoreChannel(const Levels& L, const VU* w, const float* HWY_RESTRICT qc, VF (*acc)[kRows]) {
-  const VF v = Lookup<kBits>(L, CodeBits<kBits, k>(w));
-  for (int r = 0; r < kRows; ++r) acc[k % kSets][r] = hn::MulAdd(hn::Set(DF(), qc[r * kGroup + k]), v, acc[k % kSets][r]);
-}
-
-template <int kBits, int kRows, size_t... K>
-HWY_INLINE void ScoreGroup(const Levels& L, const VU* w, const float* qc, VF (*acc)[kRows], std::index_sequence<K...>) {
-  (ScoreChannel<kBits, kRows, int(K)>(L, w, qc, acc), ...);
-}
-
-// out[r * out_stride + t] = scale_t * sum_c q_r[c] level(code_tc) for the 16 tokens of a block.
-// qg holds the rows chunk-major ([d/32 groups][kRows][32]), so every query value a group needs
-// is a fixed offset from one pointer. The vectors of 16 tokens are taken one at a time (two on
-// AVX2): the accumulators of both would not fit its 16 registers beside the words and tables.
-template <int kBits, int kRows>
-HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const uint8_t* HWY_RESTRICT blk, int n_groups,
-                           float* HWY_RESTRICT out, size_t out_stride) {
-  const DF df;
-  const DU du;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk + kScaleBytes);
-  const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk);
-  for (int p = 0; p < kParts; ++p) {
-    VF acc[kSets][kRows];
-    for (int e = 0; e < kSets; ++e) {
-      for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
-    }
-    for (int g = 0; g < n_groups; ++g) {
-      VU w[kBits];
-      for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-      ScoreGroup<kBits, kRows>(L, w, qg + size_t(g) * kRows * kGroup, acc, std::make_index_sequence<kGroup>());
-    }
-    const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
-    for (int r = 0; r < kRows; ++r) {
-      hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
-    }
-  }
-}
-
-template <int kBits, int kRows>
-void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
-               const float* table16, float* out, size_t out_stride) {
-  const int n_groups = d / kGroup;
-  alignas(64) float qg[kRows * 4096];
-  for (int g = 0; g < n_groups; ++g) {
-    for (int r = 0; r < kRows; ++r) std::memcpy(qg + (size_t(g) * kRows + r) * kGroup, q + size_t(r) * qs + size_t(g) * kGroup, kGroup * 4);
-  }
-  const Levels L = LoadLevels(table16);
-  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
-    ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, dst, stride);
-  });
-}
-
-template <int kBits>
-void ScoresT(const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
-             const float* table16, float* out, size_t out_stride) {
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    ScoreRows<kBits, 4>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
-  }
-  for (; r < n_q; ++r) {
-    ScoreRows<kBits, 1>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
-  }
-}
-
-void TurboLanesScores(int bits, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
-                      int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {
-  if (i1 <= i0) return;
-  WithBits(bits, [&](auto b) { ScoresT<b()>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); });
-}
-
-// ---- scores through nibble tables (1 bit) -------------------------------------------------
-
-// At 1 bit a word's nibble n (bits 4n..4n+3) holds the codes of 4 channels, so one register
-// table lookup can stand for all of them: the query state holds, per nibble, the 16 partial dot
-// products of its channels (turbo_lanes.h), and a token's score is one lookup and one add per 4
-// channels instead of one lookup per channel and one multiply-add per channel and query: 72
-// instead of 192 operations per word of 16 tokens for four queries. The same scheme at 2 bits (2
-// channels a nibble) measured no faster than the per-channel kernel: its lookups are per query
-// there (4 per 2 channels against 1 per channel), and on AVX-512 lookups issue on one port.
-// Each nibble's table is read with the level
-// lookup of 4-bit codes (Lookup<4>), loaded from memory.
-
-template <int kRows, int n>
-HWY_INLINE void TableNibble(VU w, const float* const* tabs, size_t nib, VF (*acc)[kRows]) {
-  const VU idx = n == 0 ? w : hn::ShiftRight<4 * n>(w);
-  for (int r = 0; r < kRows; ++r) acc[n % kSets][r] = hn::Add(acc[n % kSets][r], Lookup<4>(LoadLevels(tabs[r] + (nib + n) * 16), idx));
-}
-
-template <int kRows, size_t... N>
-HWY_INLINE void TableWord(VU w, const float* const* tabs, size_t nib, VF (*acc)[kRows], std::index_sequence<N...>) {
-  (TableNibble<kRows, int(N)>(w, tabs, nib, acc), ...);
-}
-
-// out[r * out_stride + t] = scale_t * sum over nibbles of tabs[r][nibble][its code bits]; nibble
-// 8m + n is bits 4n.. of the block's word m (word g holds group g's 32 channels).
-template <int kRows>
-HWY_INLINE void TableScoreBlock(const float* const* tabs, int n_words, const uint8_t* HWY_RESTRICT blk,
-                                float* HWY_RESTRICT out, size_t out_stride) {
-  const DF df;
-  const DU du;
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk + kScaleBytes);
-  const hwy::float16_t* scales = reinterpret_cast<const hwy::float16_t*>(blk);
-  for (int p = 0; p < kParts; ++p) {
-    VF acc[kSets][kRows];
-    for (int e = 0; e < kSets; ++e) {
-      for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
-    }
-    for (int m = 0; m < n_words; ++m) {
-      const VU w = hn::LoadU(du, words + size_t(m) * kSub + p * kLanes);
-      TableWord<kRows>(w, tabs, size_t(m) * 8, acc, std::make_index_sequence<8>());
-    }
-    const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
-    for (int r = 0; r < kRows; ++r) {
-      hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
-    }
-  }
-}
-
-template <int kRows>
-void TableScoreRows(const float* states, size_t qs, const uint8_t* blocks, size_t bb, int n_words, int64_t i0,
-                    int64_t i1, float* out, size_t out_stride) {
-  const float* tabs[kRows];
-  for (int r = 0; r < kRows; ++r) tabs[r] = states + size_t(r) * qs;
-  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
-    TableScoreBlock<kRows>(tabs, n_words, blk, dst, stride);
-  });
-}
-
-void TurboLanesTableScores(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words,
-                           int64_t i0, int64_t i1, float* out, size_t out_stride) {
-  if (i1 <= i0) return;
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    TableScoreRows<4>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                      out_stride);
-  }
-  for (; r < n_q; ++r) {
-    TableScoreRows<1>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                      out_stride);
-  }
-}
-
-// ---- values: accumulation -----------------------------------------------------------------
-
-constexpr int kBatch = 16;  // blocks whose weights are staged at once (a run of 256 tokens)
-// Channels accumulated together: kRows x kQuad accumulators stay in registers (16 of AVX-512's
-// 32; 8 of AVX2's 16). A block's vectors of 8 tokens add into the same accumulator: every lane
-// is summed at the end anyway.
-constexpr int kQuad = kParts == 1 ? 4 : 2;
-
-template <int kBits, int kRows, int h, size_t... KK>
-HWY_INLINE void AccumulateQuad(const Levels& L, const VU* w, const float* HWY_RESTRICT wb, VF (*A)[kQuad][1],
-                               std::index_sequence<KK...>) {
-  const DF df;
-  const auto one = [&](auto kk_tag) {
-    constexpr int kk = decltype(kk_tag)::value;
-    const VF v = Lookup<kBits>(L, CodeBits<kBits, kQuad * h + kk>(w));
-    for (int r = 0; r < kRows; ++r) A[r][kk][0] = hn::MulAdd(hn::Load(df, wb + r * kSub), v, A[r][kk][0]);
-  };
-  (one(std::integral_constant<int, int(KK)>()), ...);
-}
-
-// acc rows (rotated channels of group g, kQuad of them from kQuad h) += the run's W * levels.
-template <int kBits, int kRows, int h>
-HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int g,
-                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride,
-                                  const uint8_t* next, size_t share, size_t next_bytes) {
-  // This pass's share of the next run's bytes (see AccumulateRows).
-  const size_t p0 = size_t(g * (kGroup / kQuad) + h) * share;
-  if (p0 < next_bytes) PrefetchBytes(next + p0, std::min(share, next_bytes - p0));
-  const DF df;
-  const DU du;
-  VF A[kRows][kQuad][1];
-  for (int r = 0; r < kRows; ++r) {
-    for (int kk = 0; kk < kQuad; ++kk) A[r][kk][0] = hn::Zero(df);
-  }
-  for (int bi = 0; bi < nb; ++bi) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(run + size_t(bi) * bb + kScaleBytes) + size_t(g) * kBits * kSub;
-    for (int p = 0; p < kParts; ++p) {
-      VU w[kBits];  // the words these channels do not touch are never loaded (dead loads)
-      for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + m * kSub + p * kLanes);
-      AccumulateQuad<kBits, kRows, h>(L, w, W + size_t(bi) * kRows * kSub + p * kLanes, A, std::make_index_sequence<kQuad>());
-    }
-  }
-  AddQuadLaneSums<kRows, kQuad>(A, acc + size_t(g) * kGroup + kQuad * h, acc_stride);
-}
-
-template <int kBits, int kRows, size_t... H>
-HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* run, size_t bb, int nb, int g, const float* W,
-                                float* acc, size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
-                                std::index_sequence<H...>) {
-  (AccumulateQuadRun<kBits, kRows, int(H)>(L, run, bb, nb, g, W, acc, acc_stride, next, share, next_bytes), ...);
-}
-
-template <int kBits, int kRows>
-void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
-                    const float* table16, float* acc, size_t acc_stride) {
-  const Levels L = LoadLevels(table16);
-  const int n_groups = d / kGroup;
-  alignas(64) float W[kBatch * kRows * kSub];
-  const int64_t end_block = (i1 + kSub - 1) / kSub;
-  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
-    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
-    const uint8_t* run = blocks + size_t(b0) * bb;
-    // The bytes after this run (the next run, or the start of the caller's next call: attention
-    // asks for about a run at a time) are asked for while this run is computed, a share with
-    // each pass over the blocks; a burst of a whole run's prefetches fills the line-fill buffers
-    // and stalls (q4 found the same). A prefetch past the end of the cache's memory never faults.
-    const size_t next_bytes = size_t(nb) * bb;
-    const size_t share = (next_bytes + size_t(n_groups) * (kGroup / kQuad) - 1) / (size_t(n_groups) * (kGroup / kQuad));
-    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
-    // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
-    for (int bi = 0; bi < nb; ++bi) {
-      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
-                                     W + size_t(bi) * kRows * kSub);
-    }
-    for (int g = 0; g < n_groups; ++g) {
-      AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, run + next_bytes, share, next_bytes,
-                                    std::make_index_sequence<kGroup / kQuad>());
-    }
-  }
-}
-
-template <int kBits>
-void AccumulateT(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
-                 int64_t i1, const float* table16, float* acc, size_t acc_stride) {
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    AccumulateRows<kBits, 4>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
-                             acc + size_t(r) * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) {
-    AccumulateRows<kBits, 1>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
-                             acc + size_t(r) * acc_stride, acc_stride);
-  }
-}
-
-void TurboLanesAccumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
-                          int64_t i0, int64_t i1, const float* table16, float* acc, size_t acc_stride) {
-  if (i1 <= i0) return;
-  WithBits(bits, [&](auto b) { AccumulateT<b()>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); });
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace vq::kv
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-#include <array>
+#include "src/kv/methods/turbo/turbo_lane_kernels.h"
 
 namespace vq::kv {
-HWY_EXPORT(TurboLanesScores);
-HWY_EXPORT(TurboLanesTableScores);
-HWY_EXPORT(TurboLanesAccumulate);
-
 namespace {
 
 constexpr int kSub = 16;
@@ -451,11 +113,11 @@ void TurboLanePart::prepare_query(const float* q, float* state) const {
 void TurboLanePart::scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
                            int64_t i0, int64_t i1, float* out, size_t out_stride) const {
   if (tables_) {
-    HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out,
+    turbo_lanes::table_scores(states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out,
                                                 out_stride);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(TurboLanesScores)(bits_, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(),
+  turbo_lanes::scores(bits_, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(),
                                          out, out_stride);
 }
 
@@ -465,7 +127,7 @@ void TurboLanePart::accumulate(const float* w, size_t w_stride, int n_q, const u
     sign_lanes::accumulate(w, w_stride, n_q, blocks, stride, d_, i0, i1, patterns_.data(), acc, acc_stride);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(TurboLanesAccumulate)(bits_, w, w_stride, n_q, blocks, stride, d_, i0, i1, table16_.data(), acc,
+  turbo_lanes::accumulate(bits_, w, w_stride, n_q, blocks, stride, d_, i0, i1, table16_.data(), acc,
                                              acc_stride);
 }
 
@@ -543,4 +205,3 @@ std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows) {
 }
 
 }  // namespace vq::kv
-#endif

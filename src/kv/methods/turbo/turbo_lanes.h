@@ -1,7 +1,7 @@
 // TurboQuant rows (turbo_rows.h: an fp16 scale and a code of `bits` bits per rotated coordinate,
 // read through a table of 2^bits levels) laid out with tokens in the vector lanes, and the fused
-// kernels that read them (turbo_lanes.cpp). The quantizer is the rows' own; only where the codes
-// sit differs from the row layout, so bits per element are unchanged.
+// kernels that read them (turbo_lane_kernels.cpp). The quantizer is the rows' own; only where the
+// codes sit differs from the row layout, so bits per element are unchanged.
 //
 // A block holds 16 tokens: their 16 fp16 scales, then for each group of 32 channels `bits`
 // words per token, laid out [group][word m][token t]: token t's 32 codes of the group as one
