@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "src/kv/calib/calibrate.h"
-#include "src/kv/methods/ratequant.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"
