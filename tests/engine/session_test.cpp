@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "src/eval/logit_kl.h"
 #include "tests/engine/model_path.h"
 #include "veloxquant/error.h"
 
@@ -32,22 +33,12 @@ struct Agreement {
 Agreement compare(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
   Agreement r;
   EXPECT_EQ(a.size(), b.size());
+  std::vector<double> lp, lq;
   for (size_t p = 0; p + n_vocab <= a.size(); p += n_vocab) {
-    const float* x = a.data() + p;
-    const float* y = b.data() + p;
-    const double mx = *std::max_element(x, x + n_vocab), my = *std::max_element(y, y + n_vocab);
-    double zx = 0, zy = 0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double lp = x[i] - mx - std::log(zx), lq = y[i] - my - std::log(zy);
-      kl += std::exp(lp) * (lp - lq);
-    }
-    r.max_kl = std::max(r.max_kl, kl);
-    r.same_top1 = r.same_top1 && std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
+    eval::log_softmax(a.data() + p, int64_t(n_vocab), &lp);
+    eval::log_softmax(b.data() + p, int64_t(n_vocab), &lq);
+    r.max_kl = std::max(r.max_kl, eval::kl_divergence(lp.data(), lq.data(), int64_t(n_vocab)));
+    r.same_top1 = r.same_top1 && eval::top1_agrees(a.data() + p, b.data() + p, int64_t(n_vocab));
   }
   return r;
 }
