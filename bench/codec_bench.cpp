@@ -28,7 +28,7 @@ struct Fixture {
     x.resize(size_t(kTokens) * kDim);
     for (auto& v : x) v = float(rng.normal());
     const vq::kv::Method m = vq::kv::parse_method(spec);
-    vq::kv::CodecContext ctx{kDim, 0, 1};
+    vq::kv::CodecContext ctx{kDim, 0};
     if (m.needs_calibration()) {
       // One KV head without RoPE; the same vectors serve as keys and values.
       const vq::kv::LayerConfig layer{1, kDim, 0};

@@ -12,6 +12,7 @@
 
 #include "fuzz/cache_load_setup.h"
 #include "src/core/byte_io.h"
+#include "src/kv/cache_io.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
 
@@ -42,7 +43,7 @@ void make_seeds(const char* dir) {
       }
       vq::ByteWriter w;
       w.raw(&m, 1);
-      c.save(w);
+      vq::kv::save_cache(c, w);
       const std::string path = std::string(dir) + "/" + std::to_string(m) + "_" + std::to_string(n);
       std::FILE* f = std::fopen(path.c_str(), "wb");
       if (!f) std::exit(1);
@@ -68,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vq::kv::KvCache c(vq::kv::parse_method(spec), layout());
   vq::ByteReader r(data + 1, size - 1, "fuzz");
   try {
-    c.load(r);
+    vq::kv::load_cache(c, r);
   } catch (const vq::Error&) {
     return 0;
   }

@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const vq::kv::Method m = vq::kv::parse_method(text);
     for (int d : {32, 48, 64}) {
       try {
-        m.keys().key_codec({d, 1, 7});
-        m.values().value_codec({d, 1, 7});
+        m.keys().key_codec({d, 1});
+        m.values().value_codec({d, 1});
         (void)m.keys().key_bits(d);
       } catch (const vq::Error&) {
       }

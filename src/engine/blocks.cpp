@@ -100,7 +100,7 @@ void attention(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& 
   kv::LayerCache& lc = cache.layer(size_t(l));
   VQ_CHECK(lc.n_tokens() == a.pos[0], "forward: the cache does not end where this batch starts");
   lc.append(k, v, n);
-  lc.attend(q, n, c.n_head, a.pos.data(), 1.0f, a.att.data());
+  lc.attend(q, n, c.n_head, a.pos.data(), 1.0f, a.att.data(), a.attend);
   matmul(L.wo, a.att.data(), n, a.o.data());
   add_bias(a.o.data(), L.bo, n, c.n_embd);
 }

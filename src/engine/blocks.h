@@ -32,9 +32,11 @@ struct LayerWeights {
 // across calls (a decode step would otherwise allocate and free a dozen vectors per token).
 // Shapes: x, h, o, sa [n][n_embd]; q, att [n][n_head * head_dim]; k, v [n][n_head_kv * head_dim];
 // qkv [n][(n_head + 2 n_head_kv) * head_dim]; g, u [n][n_ff] (g is [n][2 n_ff] for a fused gate_up).
+// attend: the scratch of the cache's attention, kept across layers and steps likewise.
 struct Activations {
   std::vector<float> x, h, o, sa, q, k, v, att, qkv, g, u, rows;
   std::vector<int64_t> pos;
+  kv::AttendWorkspace attend;
   void reserve(const ModelConfig& c, int n);
 };
 

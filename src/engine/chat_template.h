@@ -46,6 +46,8 @@ ChatTemplate chat_template_from_name(const std::string& name);
 // The template a tokenizer.chat_template text is, by llama.cpp's rules in llama.cpp's order (the
 // text may also be a bare name, e.g. "chatml"); kUnknown when no rule matches.
 ChatTemplate detect_chat_template(const std::string& jinja);
+// The template whose llama.cpp name is exactly `text` (kUnknown: none), for detection.
+ChatTemplate chat_template_bare_name(const std::string& text);
 
 // A model file's template: its tokenizer.chat_template detected. A file without one is taken as
 // Gemma's template when its architecture is a Gemma (gemma, gemma2, gemma3, ...), else as chatml

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "src/core/byte_io.h"
+#include "src/kv/cache_io.h"
 #include "veloxquant/error.h"
 
 namespace vq::engine {
@@ -45,7 +46,7 @@ Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, in
 }
 
 void Session::restore_cache(ByteReader& r, int64_t n_past) {
-  cache_.load(r);
+  kv::load_cache(cache_, r);
   for (size_t l = 0; l < cache_.n_layers(); ++l) {
     r.check(cache_.layer(l).n_tokens() == n_past, "position", "layers disagree with the saved position");
   }

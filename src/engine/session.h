@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/core/byte_io.h"
 #include "src/engine/model.h"
 #include "veloxquant/kv/cache.h"
 

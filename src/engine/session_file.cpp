@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "src/core/byte_io.h"
+#include "src/kv/cache_io.h"
 #include "src/core/checked_file.h"
 #include "veloxquant/error.h"
 
@@ -36,7 +37,7 @@ void save_session(const std::string& path, const Session& session, const Session
   w.i64(model.config().n_vocab);
   w.raw(state.last_logits.data(), state.last_logits.size() * sizeof(float));
   for (uint64_t v : state.rng) w.u64(v);
-  session.cache().save(w);
+  kv::save_cache(session.cache(), w);
   write_checked_file(path, kMagic, kVersion, w.data());
 }
 
@@ -56,7 +57,7 @@ SessionFile SessionFile::read(const std::string& path) {
 SessionState SessionFile::restore(Session& session) const {
   const Model& model = session.model();
   VQ_CHECK(session.n_past() == 0, "a saved cache loads into a fresh session only");
-  VQ_CHECK(spec_ == session.cache().method().spec(),
+  VQ_CHECK(kv::canonical_spec(spec_) == session.cache().method().spec(),
            fmt::format("{}: saved with --kv {}, but --kv {} was asked for", path_, spec_,
                        session.cache().method().spec()));
   VQ_CHECK(model_size_ == model.file().file_size() && model_crc_ == model.file().content_crc32(),

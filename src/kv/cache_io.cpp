@@ -8,8 +8,8 @@
 
 #include "src/core/byte_io.h"
 #include "src/core/fp16.h"
+#include "src/kv/cache_io.h"
 #include "src/kv/stream.h"
-#include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"
 
 namespace vq::kv {
@@ -81,33 +81,39 @@ void TokenStream::load(ByteReader& r) {
   win_count_ = win_count;
 }
 
-void LayerCache::save(ByteWriter& w) const {
-  w.i64(config_.n_kv_heads);
-  w.i64(config_.head_dim);
-  w.i64(config_.sliding_window);
-  w.i64(n_tokens_);
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    keys_[size_t(h)]->save(w);
-    values_[size_t(h)]->save(w);
+// The friend of LayerCache that reaches its streams.
+struct CacheIo {
+  static void save(const LayerCache& c, ByteWriter& w) {
+    w.i64(c.config_.n_kv_heads);
+    w.i64(c.config_.head_dim);
+    w.i64(c.config_.sliding_window);
+    w.i64(c.n_tokens_);
+    for (int h = 0; h < c.config_.n_kv_heads; ++h) {
+      c.keys_[size_t(h)]->save(w);
+      c.values_[size_t(h)]->save(w);
+    }
   }
-}
 
-void LayerCache::load(ByteReader& r) {
-  const int64_t shape[] = {config_.n_kv_heads, config_.head_dim, config_.sliding_window};
-  const char* names[] = {"n_kv_heads", "head_dim", "sliding_window"};
-  for (int i = 0; i < 3; ++i) {
-    const int64_t v = r.i64(names[i]);
-    r.check(v == shape[i], names[i], fmt::format("{} in the file, {} for this model", v, shape[i]));
+  static void load(LayerCache& c, ByteReader& r) {
+    const int64_t shape[] = {c.config_.n_kv_heads, c.config_.head_dim, c.config_.sliding_window};
+    const char* names[] = {"n_kv_heads", "head_dim", "sliding_window"};
+    for (int i = 0; i < 3; ++i) {
+      const int64_t v = r.i64(names[i]);
+      r.check(v == shape[i], names[i], fmt::format("{} in the file, {} for this model", v, shape[i]));
+    }
+    const int64_t n = r.i64_in("token count", 0, int64_t(1) << 40);
+    for (int h = 0; h < c.config_.n_kv_heads; ++h) {
+      c.keys_[size_t(h)]->load(r);
+      c.values_[size_t(h)]->load(r);
+      r.check(c.keys_[size_t(h)]->n_positions() == n && c.values_[size_t(h)]->n_positions() == n, "token count",
+              "streams disagree with the layer's position");
+    }
+    c.n_tokens_ = n;
   }
-  const int64_t n = r.i64_in("token count", 0, int64_t(1) << 40);
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    keys_[size_t(h)]->load(r);
-    values_[size_t(h)]->load(r);
-    r.check(keys_[size_t(h)]->n_positions() == n && values_[size_t(h)]->n_positions() == n, "token count",
-            "streams disagree with the layer's position");
-  }
-  n_tokens_ = n;
-}
+};
+
+void save_layer(const LayerCache& cache, ByteWriter& w) { CacheIo::save(cache, w); }
+void load_layer(LayerCache& cache, ByteReader& r) { CacheIo::load(cache, r); }
 
 namespace {
 // Codes stored under one calibration mean nothing under another: a saved cache names its own.
@@ -116,23 +122,25 @@ uint32_t calibration_fingerprint(const Method& m) {
 }
 }  // namespace
 
-void KvCache::save(ByteWriter& w) const {
-  w.str(method_.spec());
-  w.u32(calibration_fingerprint(method_));
-  w.i64(int64_t(layers_.size()));
-  for (const auto& l : layers_) l.save(w);
+void save_cache(const KvCache& cache, ByteWriter& w) {
+  w.str(cache.method().spec());
+  w.u32(calibration_fingerprint(cache.method()));
+  w.i64(int64_t(cache.n_layers()));
+  for (size_t l = 0; l < cache.n_layers(); ++l) save_layer(cache.layer(l), w);
 }
 
-void KvCache::load(ByteReader& r) {
+void load_cache(KvCache& cache, ByteReader& r) {
+  const Method& method = cache.method();
   const std::string spec = r.str("method", 4096);
-  r.check(spec == method_.spec(), "method", fmt::format("'{}' in the file, '{}' requested", spec, method_.spec()));
+  r.check(canonical_spec(spec) == method.spec(), "method", fmt::format("'{}' in the file, '{}' requested", spec, method.spec()));
   const uint32_t calib = r.u32("calibration");
-  r.check(calib == calibration_fingerprint(method_), "calibration",
+  r.check(calib == calibration_fingerprint(method), "calibration",
           fmt::format("the cache was stored under calibration {:08x}, this run has {:08x}", calib,
-                      calibration_fingerprint(method_)));
+                      calibration_fingerprint(method)));
   const int64_t n = r.i64("layer count");
-  r.check(n == int64_t(layers_.size()), "layer count", fmt::format("{} in the file, {} in the model", n, layers_.size()));
-  for (auto& l : layers_) l.load(r);
+  r.check(n == int64_t(cache.n_layers()), "layer count",
+          fmt::format("{} in the file, {} in the model", n, cache.n_layers()));
+  for (size_t l = 0; l < cache.n_layers(); ++l) load_layer(cache.layer(l), r);
 }
 
 }  // namespace vq::kv

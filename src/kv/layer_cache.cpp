@@ -18,9 +18,9 @@ int flush_step(const Codec& c) {
   return c.encodes_single_tokens() ? 1 : c.block_tokens();
 }
 
-// What the codecs of one side (0 keys, 1 values) of a layer are built for.
-CodecContext codec_context(const Method& method, const LayerConfig& config, int side, int kv_head = 0) {
-  CodecContext ctx{config.head_dim, config.layer_index, layer_seed(0, config.layer_index, side), config.rope, nullptr};
+// What the codecs of a layer (and KV head, for per-head codecs) are built for.
+CodecContext codec_context(const Method& method, const LayerConfig& config, int kv_head = 0) {
+  CodecContext ctx{config.head_dim, config.layer_index, config.rope, nullptr};
   ctx.kv_head = kv_head;
   if (const Calibration* calib = method.calibration()) {
     VQ_CHECK_DATA(config.layer_index >= 0 && size_t(config.layer_index) < calib->layers.size() &&
@@ -50,10 +50,10 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   VQ_CHECK(config.sliding_window >= 0, "sliding_window must be >= 0");
   const int H = config.n_kv_heads;
   for (int h = 0; h < (method.keys().per_head_codecs() ? H : 1); ++h) {
-    key_codecs_.push_back(method.keys().key_codec(codec_context(method, config, 0, h)));
+    key_codecs_.push_back(method.keys().key_codec(codec_context(method, config, h)));
   }
   for (int h = 0; h < (method.values().per_head_codecs() ? H : 1); ++h) {
-    value_codecs_.push_back(method.values().value_codec(codec_context(method, config, 1, h)));
+    value_codecs_.push_back(method.values().value_codec(codec_context(method, config, h)));
   }
   for (size_t h = 1; h < key_codecs_.size(); ++h) {
     VQ_CHECK(key_codecs_[h]->block_tokens() == key_codecs_[0]->block_tokens() &&
@@ -136,8 +136,6 @@ MemoryUsage LayerCache::memory() const {
   return m;
 }
 
-const TokenStream& LayerCache::key_stream(int head) const { return *keys_[size_t(head)]; }
-const TokenStream& LayerCache::value_stream(int head) const { return *values_[size_t(head)]; }
 
 size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& layers, int64_t n_tokens,
                          int64_t max_batch) {
@@ -145,8 +143,8 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
   size_t total = 0;
   const int sinks = method.sink_tokens();
   for (const LayerConfig& c : layers) {
-    const auto kc = method.keys().key_codec(codec_context(method, c, 0));
-    const auto vc = method.values().value_codec(codec_context(method, c, 1));
+    const auto kc = method.keys().key_codec(codec_context(method, c));
+    const auto vc = method.values().value_codec(codec_context(method, c));
     // Codecs built per head hold per-head parameters of the same size.
     total += kc->param_bytes() * size_t(method.keys().per_head_codecs() ? c.n_kv_heads : 1) +
              vc->param_bytes() * size_t(method.values().per_head_codecs() ? c.n_kv_heads : 1);

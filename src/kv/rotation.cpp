@@ -57,14 +57,14 @@ class RotatedKeyCodec final : public RotatedCodec<KeyCodec> {
  public:
   using RotatedCodec::RotatedCodec;
   size_t query_state_floats() const override { return inner().query_state_floats(); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
     std::vector<float> x(q, q + head_dim());
     rotation().forward(x.data());
-    inner().prepare_query(x.data(), state);
+    inner().prepare_query(x.data(), state, ws);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0,
-              int64_t i1, float* out, size_t out_stride) const override {
-    inner().scores(states, n_q, blocks, pos0, i0, i1, out, out_stride);
+              int64_t i1, float* out, size_t out_stride, Workspace& ws) const override {
+    inner().scores(states, n_q, blocks, pos0, i0, i1, out, out_stride, ws);
   }
 };
 
@@ -73,8 +73,8 @@ class RotatedValueCodec final : public RotatedCodec<ValueCodec> {
   using RotatedCodec::RotatedCodec;
   size_t accum_floats() const override { return inner().accum_floats(); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t pos0,
-                  int64_t i0, int64_t i1, float* acc) const override {
-    inner().accumulate(w, w_stride, n_q, blocks, pos0, i0, i1, acc);
+                  int64_t i0, int64_t i1, float* acc, Workspace& ws) const override {
+    inner().accumulate(w, w_stride, n_q, blocks, pos0, i0, i1, acc, ws);
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     inner().finalize(acc, n_q, out);

@@ -36,6 +36,9 @@ double parse_value(const std::string& whole, const ParamInfo& p, const std::stri
     for (size_t i = 0; i < p.choices.size(); ++i) {
       if (p.choices[i] == text) return double(i);
     }
+    // A choice's position is accepted too (specs written while the parameter was a number still
+    // parse, and mean the same); the canonical form names it.
+    if (text.size() == 1 && text[0] >= '0' && size_t(text[0] - '0') < p.choices.size()) return double(text[0] - '0');
     std::string names;
     for (const auto& c : p.choices) names += (names.empty() ? "" : ", ") + c;
     throw_error(ErrorKind::kUsage, fmt::format("bad KV spec '{}': {}={} is not one of: {}", whole, p.name, text, names));
@@ -148,6 +151,14 @@ Method parse_method(const std::string& spec) {
   }
   ParsedSide s = parse_side(spec, spec);
   return Method(s.canonical, s.impl, s.impl);
+}
+
+std::string canonical_spec(const std::string& spec) {
+  try {
+    return parse_method(spec).spec();
+  } catch (const Error&) {
+    return spec;
+  }
 }
 
 }  // namespace vq::kv

@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "src/core/rng.h"
 #include "src/core/threads.h"
+#include "tests/kv/calibrated_fixture.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
 
@@ -205,6 +209,57 @@ TEST(Attention, RejectsBadHeadRatio) {
   std::vector<float> q(16 * 4), out(q.size());
   const int64_t pos = 0;
   EXPECT_THROW(cache.attend(q.data(), 1, 4, &pos, 1.0f, out.data()), Error);
+}
+
+}  // namespace
+}  // namespace vq::kv
+
+namespace vq::kv {
+namespace {
+
+// One AttendWorkspace kept across calls of different shapes (a long prefill, decode steps, another
+// prefill) and across methods gives the same bits as a fresh workspace for every call: nothing a
+// codec or attention reads comes from an earlier call's scratch.
+TEST(Attention, KeptWorkspaceGivesTheSameBitsAsFreshOnes) {
+  AttendWorkspace kept;
+  std::vector<std::pair<Method, int>> methods;  // and KV heads
+  for (const char* spec : {"q4", "kivi", "turbo:bits=2,outliers=32", "qjl", "turbo-prod", "rabitq:bits=2"}) {
+    methods.emplace_back(parse_method(spec), 2);
+  }
+  // Calibrated on one head: VecInfer's query tables and KVQuant's pre-RoPE tiles use the workspace.
+  for (const char* spec : {"vecinfer", "kvquant", "commvq"}) methods.emplace_back(testing::calibrated_on_synthetic(spec, 64, 512).method, 1);
+  for (const auto& [method, H] : methods) {
+    SCOPED_TRACE(method.spec());
+    const int QH = 4 * H, d = 64;
+    LayerCache cache(method, LayerConfig(H, d, 0, 0, testing::neox()));
+    Rng rng(5);
+    int64_t t = 0;
+    for (const int n : {300, 1, 1, 77, 1, 512, 1}) {
+      const auto k = rows(size_t(n), H, d, rng, true), v = rows(size_t(n), H, d, rng, false);
+      const auto q = rows(size_t(n), QH, d, rng, false);
+      cache.append(k.data(), v.data(), n);
+      std::vector<int64_t> pos(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) pos[size_t(i)] = t + i;
+      std::vector<float> with_kept(q.size()), with_fresh(q.size());
+      cache.attend(q.data(), n, QH, pos.data(), 0.125f, with_kept.data(), kept);
+      cache.attend(q.data(), n, QH, pos.data(), 0.125f, with_fresh.data());
+      ASSERT_EQ(std::memcmp(with_kept.data(), with_fresh.data(), q.size() * sizeof(float)), 0) << "n " << n;
+      t += n;
+    }
+  }
+}
+
+// Workspace slots never alias, keep their buffer while it is large enough, and are 64-byte aligned.
+TEST(Attention, WorkspaceSlotsAreSeparateAndAligned) {
+  Workspace ws;
+  float* a = ws.get<float>(Workspace::kCodec0, 100);
+  uint8_t* b = ws.get<uint8_t>(Workspace::kCodec1, 400);
+  EXPECT_NE(static_cast<void*>(a), static_cast<void*>(b));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
+  EXPECT_EQ(ws.get<float>(Workspace::kCodec0, 50), a);  // smaller: the same buffer
+  ws.trim(0);
+  EXPECT_NE(ws.get<float>(Workspace::kCodec0, 1), nullptr);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "fuzz/cache_load_setup.h"
 #include "src/core/byte_io.h"
+#include "src/kv/cache_io.h"
 #include "src/core/rng.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
@@ -47,10 +48,10 @@ TEST(CacheIo, RestoredCacheAttendsAndGrowsIdentically) {
         a.append(k.data(), v.data(), n);
       }
       ByteWriter w;
-      a.save(w);
+      save_layer(a, w);
       LayerCache b(m, cfg);
       ByteReader r(w.data().data(), w.data().size(), "test");
-      b.load(r);
+      load_layer(b, r);
       EXPECT_EQ(r.remaining(), 0u);
       EXPECT_EQ(b.n_tokens(), a.n_tokens());
       EXPECT_EQ(b.memory().total(), a.memory().total());
@@ -72,12 +73,12 @@ TEST(CacheIo, RefusesOtherShapesMethodsAndBadCounters) {
   const auto x = random_rows(size_t(50) * 2 * 64, rng);
   a.append(x.data(), x.data(), 50);
   ByteWriter w;
-  a.save(w);
+  save_layer(a, w);
   const auto refused = [&](const Method& m, const LayerConfig& c, std::vector<uint8_t> bytes) {
     LayerCache b(m, c);
     ByteReader r(bytes.data(), bytes.size(), "test");
     try {
-      b.load(r);
+      load_layer(b, r);
     } catch (const Error& e) {
       return e.kind() == ErrorKind::kData;
     }
@@ -110,7 +111,7 @@ TEST(CacheIo, FuzzSeedsLoad) {
     KvCache c(parse_method(vq::fuzz::kCacheLoadSpecs[b[0] % vq::fuzz::kCacheLoadNumSpecs]),
               vq::fuzz::cache_load_layout());
     ByteReader r(b.data() + 1, b.size() - 1, e.path().string());
-    EXPECT_NO_THROW(c.load(r)) << e.path();
+    EXPECT_NO_THROW(load_cache(c, r)) << e.path();
     ++n;
   }
   EXPECT_GE(n, 12);

@@ -144,7 +144,7 @@ inline void check_fused_equals_reference(const Method& m, const CodecContext& ct
 inline void check_fused_equals_reference(const std::string& spec, int d, Data kind, uint64_t seed,
                                          int tokens = 96, int n_q = 5, double rel_tol = 1e-5,
                                          double acc_rel_tol = -1) {
-  check_fused_equals_reference(parse_method(spec), CodecContext{d, 3, seed}, kind, seed, tokens, n_q, rel_tol,
+  check_fused_equals_reference(parse_method(spec), CodecContext{d, 3}, kind, seed, tokens, n_q, rel_tol,
                                acc_rel_tol);
 }
 
@@ -155,7 +155,7 @@ template <typename Damage>
 void check_damaged_blocks(const std::string& spec, int d, Damage damage) {
   SCOPED_TRACE(spec + " damaged, d=" + std::to_string(d));
   const Method m = parse_method(spec);
-  const CodecContext ctx{d, 0, 1};
+  const CodecContext ctx{d, 0};
   const auto kc = m.keys().key_codec(ctx);
   const auto vc = m.values().value_codec(ctx);
   const int n_q = 3;
@@ -195,7 +195,7 @@ void check_damaged_blocks(const std::string& spec, int d, Damage damage) {
 // Relative reconstruction error ||x - decode(encode(x))||^2 / ||x||^2 over Gaussian tokens.
 inline double relative_mse(const std::string& spec, int d, bool keys, Data kind = Data::kGaussian) {
   const Method m = parse_method(spec);
-  const CodecContext ctx{d, 0, 1};
+  const CodecContext ctx{d, 0};
   const auto x = make_data(kind, 256, d, 99);
   std::vector<float> y;
   if (keys) {
@@ -223,7 +223,7 @@ inline void check_block_bytes_match_formula(const Method& m, const CodecContext&
 }
 
 inline void check_block_bytes_match_formula(const std::string& spec, int d) {
-  check_block_bytes_match_formula(parse_method(spec), CodecContext{d, 0, 1});
+  check_block_bytes_match_formula(parse_method(spec), CodecContext{d, 0});
 }
 
 // A codec that encodes tokens on their own writes, token by token into a zeroed block, exactly
@@ -247,7 +247,7 @@ inline void check_single_token_encode(const Method& m, const CodecContext& ctx) 
 }
 
 inline void check_single_token_encode(const std::string& spec, int d) {
-  check_single_token_encode(parse_method(spec), CodecContext{d, 0, 1});
+  check_single_token_encode(parse_method(spec), CodecContext{d, 0});
 }
 
 inline void check_all(const std::string& spec, const std::vector<int>& dims, int tokens = 96,
@@ -322,10 +322,10 @@ int scores_on_every_target(const KeyCodec& kc, const std::vector<float>& states,
 // rotation up to RandomRotation::kMaxDense (1024); beyond it the dimension is refused.
 inline void check_rotation_dims(const std::string& spec) {
   const Method m = parse_method(spec);
-  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{96, 0, 1})) << spec;
-  EXPECT_NO_THROW(m.values().value_codec(CodecContext{96, 0, 1})) << spec;
-  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{2048, 0, 1})) << spec;
-  EXPECT_THROW(m.keys().key_codec(CodecContext{1056, 0, 1}), Error) << spec;
+  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{96, 0})) << spec;
+  EXPECT_NO_THROW(m.values().value_codec(CodecContext{96, 0})) << spec;
+  EXPECT_NO_THROW(m.keys().key_codec(CodecContext{2048, 0})) << spec;
+  EXPECT_THROW(m.keys().key_codec(CodecContext{1056, 0}), Error) << spec;
 }
 
 }  // namespace vq::kv::testing

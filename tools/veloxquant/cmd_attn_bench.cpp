@@ -169,14 +169,15 @@ Runner add_attn_bench_command(CLI::App& app) {
     for (auto& x : q) x = float(qr.normal());
     const int64_t pos = o->ctx - 1;
     const float scale = 1.0f / std::sqrt(float(o->head_dim));
+    kv::AttendWorkspace ws;  // kept across calls, as a model session keeps its own
     log("timing...");
     for (int round = 0; round < o->rounds; ++round) {
       for (auto& b : benches) {
-        for (int l = 0; l < o->layers; ++l) b.cache->layer(l).attend(q.data(), 1, o->q_heads, &pos, scale, out.data());
+        for (int l = 0; l < o->layers; ++l) b.cache->layer(l).attend(q.data(), 1, o->q_heads, &pos, scale, out.data(), ws);
         const auto t0 = std::chrono::steady_clock::now();
         for (int it = 0; it < o->iters; ++it) {
           for (int l = 0; l < o->layers; ++l) {
-            b.cache->layer(l).attend(q.data(), 1, o->q_heads, &pos, scale, out.data());
+            b.cache->layer(l).attend(q.data(), 1, o->q_heads, &pos, scale, out.data(), ws);
           }
         }
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

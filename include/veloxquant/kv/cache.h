@@ -20,11 +20,6 @@
 #include "veloxquant/kv/codec.h"
 #include "veloxquant/kv/method.h"
 
-namespace vq {
-class ByteWriter;
-class ByteReader;
-}  // namespace vq
-
 namespace vq::kv {
 
 struct LayerConfig {
@@ -59,6 +54,26 @@ struct MemoryUsage {
 
 class TokenStream;
 
+// The scratch of LayerCache::attend: the step's query buffers and one Workspace per worker
+// thread, kept by whoever attends across layers and steps (a model session keeps one) so that
+// decode steps allocate nothing. One call at a time.
+class AttendWorkspace {
+ public:
+  AttendWorkspace();
+  ~AttendWorkspace();
+  AttendWorkspace(AttendWorkspace&&) noexcept;
+  AttendWorkspace& operator=(AttendWorkspace&&) noexcept;
+  // The calling thread's buffers, shared by the workers within one call.
+  Workspace& step() { return step_; }
+  // Worker `thread`'s own buffers (thread < the count last reserved).
+  Workspace& worker(int thread) { return *workers_[size_t(thread)]; }
+  void reserve(int n_threads);
+
+ private:
+  Workspace step_;
+  std::vector<std::unique_ptr<Workspace>> workers_;
+};
+
 // Sees what a model hands its cache, layer by layer, as floats: the keys and values appended and
 // the queries that attend. For capturing real activations (fidelity, calibration); set on a
 // KvCache with set_observer. Layouts as in LayerCache::append and LayerCache::attend.
@@ -90,15 +105,15 @@ class LayerCache {
   int64_t n_tokens() const { return n_tokens_; }
   void clear();
   MemoryUsage memory() const;
-  // The stored state (streams and position), and back into a fresh cache built with the same
-  // method and config; load refuses (vq::Error, data) anything that does not fit that shape.
-  void save(ByteWriter& w) const;
-  void load(ByteReader& r);
 
   // Attention of n_q query tokens over the cache as stored. q and out are
   // [n_q][n_q_heads][head_dim]; query token i sits at position q_pos[i] and sees positions
   // p <= q_pos[i] (and p > q_pos[i] - sliding_window when the layer has one). scores are
-  // scale * q.k. Query head h reads KV head h / (n_q_heads / n_kv_heads).
+  // scale * q.k. Query head h reads KV head h / (n_q_heads / n_kv_heads). The scratch comes
+  // from `ws`, which the caller keeps across layers and steps; the overload without one
+  // allocates its own for the call.
+  void attend(const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale,
+              float* out, AttendWorkspace& ws) const;
   void attend(const float* q, int n_q, int n_q_heads, const int64_t* q_pos, float scale,
               float* out) const;
 
@@ -114,11 +129,8 @@ class LayerCache {
 
   void set_observer(CacheObserver* o) { observer_ = o; }
 
-  // Internal: the two streams of a head (used by the attention kernel).
-  const TokenStream& key_stream(int head) const;
-  const TokenStream& value_stream(int head) const;
-
  private:
+  friend struct CacheIo;  // saving and loading the streams (src/kv/cache_io.h)
   LayerConfig config_;
   std::vector<std::unique_ptr<KeyCodec>> key_codecs_;
   std::vector<std::unique_ptr<ValueCodec>> value_codecs_;
@@ -148,9 +160,6 @@ class KvCache {
   }
   void clear();
   MemoryUsage memory() const;
-  // The method spec and every layer; load needs a fresh cache of the same method and layout.
-  void save(ByteWriter& w) const;
-  void load(ByteReader& r);
 
  private:
   Method method_;

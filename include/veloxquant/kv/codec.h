@@ -7,12 +7,55 @@
 // run lives in block i / block_tokens() at slot i % block_tokens().
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace vq::kv {
+
+// Scratch memory for one thread's calls into codecs and attention kernels. Buffers grow on demand
+// and are kept across calls, layers and steps (a decode step would otherwise allocate and free
+// them for every call, and big ones are mapped and faulted in afresh), so their contents are
+// unspecified at each call: a user writes what it reads. Whoever calls a codec owns the
+// workspace and never shares one between threads at once (attention gives each worker its own).
+class Workspace {
+ public:
+  // Each user of the workspace has its own slots, so that a codec's buffers survive a shared
+  // kernel it calls: kCodec* for the codec itself, the others for the helpers named.
+  enum Slot : int {
+    kCodec0, kCodec1, kCodec2, kCodec3, kCodec4, kCodec5, kCodec6,
+    kDecodeTile,                 // decode_tiles (kernels/decode_tiles.h)
+    kLutTable, kLutLow,          // lut_u8_prepare (kernels/codebook_kernels.h)
+    kAttendScores, kAttendRescale,  // LayerCache::attend, per work item
+    kAttendQueries, kAttendStates,  // LayerCache::attend, once per step (the caller's workspace)
+    kSlots
+  };
+
+  // At least n elements of type T in `slot`, 64-byte aligned; contents unspecified.
+  template <typename T>
+  T* get(Slot slot, size_t n) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= kAlign);
+    return static_cast<T*>(bytes(slot, n * sizeof(T)));
+  }
+  // Frees every buffer larger than max_bytes (a long prefill's need is not kept for a lifetime).
+  void trim(size_t max_bytes);
+
+ private:
+  static constexpr size_t kAlign = 64;
+  void* bytes(Slot slot, size_t n);
+  struct Free {
+    void operator()(void* p) const;
+  };
+  struct Buffer {
+    std::unique_ptr<void, Free> data;
+    size_t size = 0;
+  };
+  std::array<Buffer, kSlots> buffers_;
+};
 
 // How the model rotates keys by position (rotary embedding), for codecs that store keys as they
 // were before the rotation and apply it while scoring. NEOX pairs channels (i, i + d/2), NORM
@@ -28,19 +71,18 @@ struct RopeSpec {
 
 struct LayerCalibration;
 
-// What a codec is built for: the shape of one layer's heads, a seed for anything random, the
-// layer's rotary embedding, and the layer's calibration for methods that learn from data (null
-// when the method was given none). kv_head: the KV head the codec serves, for a method whose
+// What a codec is built for: the shape of one layer's heads, the layer's rotary embedding, and
+// the layer's calibration for methods that learn from data (null when the method was given none).
+// Randomness (rotations, sketches) comes from the method's own `seed` parameter and the layer
+// index, so the same spec builds the same codecs. kv_head: the KV head the codec serves, for a method whose
 // codecs differ per head (MethodImpl::per_head_codecs); 0 for the others, whose one codec
 // serves every head of the layer.
 struct CodecContext {
   CodecContext() = default;
-  CodecContext(int dim, int layer_index, uint64_t seed_value, RopeSpec rope_spec = {},
-               const LayerCalibration* layer_calib = nullptr)
-      : head_dim(dim), layer(layer_index), seed(seed_value), rope(rope_spec), calib(layer_calib) {}
+  CodecContext(int dim, int layer_index, RopeSpec rope_spec = {}, const LayerCalibration* layer_calib = nullptr)
+      : head_dim(dim), layer(layer_index), rope(std::move(rope_spec)), calib(layer_calib) {}
   int head_dim = 0;
   int layer = 0;
-  uint64_t seed = 0;
   RopeSpec rope;
   const LayerCalibration* calib = nullptr;
   int kv_head = 0;
@@ -72,13 +114,24 @@ class KeyCodec {
   // Work done once per query per step (a rotation, a sketch, a lookup table): the state has
   // query_state_floats() floats and is what `scores` reads.
   virtual size_t query_state_floats() const = 0;
-  virtual void prepare_query(const float* q, float* state) const = 0;
+  virtual void prepare_query(const float* q, float* state, Workspace& ws) const = 0;
+  // The three calls with a workspace of their own (one-off use and tests; attention passes each
+  // worker's workspace, so its steps allocate nothing).
+  void prepare_query(const float* q, float* state) const {
+    Workspace ws;
+    prepare_query(q, state, ws);
+  }
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
+              size_t out_stride) const {
+    Workspace ws;
+    scores(states, n_q, blocks, pos0, i0, i1, out, out_stride, ws);
+  }
 
   // For n_q prepared queries (states[r * query_state_floats()]), writes q.k of tokens [i0, i1)
   // of the run starting at `blocks` (whose token 0 has position pos0) to
   // out[r * out_stride + (i - i0)], computed from the packed codes.
   virtual void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0,
-                      int64_t i0, int64_t i1, float* out, size_t out_stride) const = 0;
+                      int64_t i0, int64_t i1, float* out, size_t out_stride, Workspace& ws) const = 0;
 };
 
 class ValueCodec {
@@ -104,7 +157,13 @@ class ValueCodec {
   virtual size_t accum_floats() const = 0;
   // acc[r * accum_floats() + ...] += sum over i in [i0, i1) of w[r * w_stride + (i - i0)] * v_i.
   virtual void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks,
-                          int64_t pos0, int64_t i0, int64_t i1, float* acc) const = 0;
+                          int64_t pos0, int64_t i0, int64_t i1, float* acc, Workspace& ws) const = 0;
+  // With a workspace of its own, as for keys.
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0,
+                  int64_t i1, float* acc) const {
+    Workspace ws;
+    accumulate(w, w_stride, n_q, blocks, pos0, i0, i1, acc, ws);
+  }
   // out[r * head_dim + j] = the head_dim values the accumulator of query r stands for.
   virtual void finalize(const float* acc, int n_q, float* out) const = 0;
   // Tokens per `accumulate` call the attention loop should give in decode (it gives at least

@@ -98,6 +98,9 @@ class Method {
 
 // Parses a spec; a bad one throws vq::Error (kind kUsage) naming the bad part.
 Method parse_method(const std::string& spec);
+// The canonical form of a spec (as Method::spec() gives it), or the text itself when it does not
+// parse: for comparing a stored spec with the one asked for, whatever spelling stored it.
+std::string canonical_spec(const std::string& spec);
 
 // Every registered method, in registry order.
 const std::vector<const MethodDef*>& registered_methods();

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "veloxquant/kv/codec.h"
+
 namespace vq::kv {
 
 // Index of the centroid nearest x (sub floats) among k (a multiple of 16) centroids given
@@ -33,8 +35,8 @@ inline float lut_u8_step(const float* state) { return state[1]; }
 // The state of one query row y (n_sub * sub floats, already in the codebook's space) against
 // centroids given transposed per sub-vector ([s][j][256]): the float table, then its bytes. The
 // table's dot products add j = 0, 1, ... with multiplies and adds kept apart, the same bits on
-// every target.
-void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state);
+// every target. The float table is scratch from the workspace's kLutTable and kLutLow slots.
+void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state, Workspace& ws);
 
 // Values from their centroid indices, into rows of d = n_sub * sub floats: acc[r * acc_stride +
 // s * sub + j] += the sum over the tokens i in [i0, i1) of w[r * w_stride + (i - i0)] *
@@ -62,9 +64,9 @@ void lut_centroid_accumulate(const float* w, size_t w_stride, int n_q, int n_sub
 void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub, const uint8_t* blocks,
                    size_t block_bytes, int64_t i0, int64_t i1, float* out, size_t out_stride);
 // How the AVX-512 VBMI scores look a 256-byte table up: two vpermi2b (128 entries each) and a
-// blend, or four vpermb (64 entries each) and three blends. The same bytes either way; on the
-// Intel Xeon measured vpermi2b takes about twice as long as vpermb (1.9 against 0.9 cycles an
-// instruction), so Intel CPUs take the second form (set at start-up; tests set both).
+// blend, or four vpermb (64 entries each) and three blends. The same bytes either way; on Intel
+// cores vpermi2b takes about twice as long as vpermb (docs/performance.md, VecInfer), so Intel
+// CPUs take the second form (set at start-up; tests set both).
 void lut_u8_scores_use_vpermb(bool on);
 bool lut_u8_scores_uses_vpermb();
 

@@ -152,7 +152,7 @@ TEST(Method_commvq, BitsAndRefusals) {
   EXPECT_DOUBLE_EQ(parse_method("commvq").bits_per_element(128), (16.0 + 256) / 128);  // 42 six-bit codes: 32 bytes
   EXPECT_DOUBLE_EQ(parse_method("commvq:kbits=1,vbits=1").bits_per_element(256), (16.0 + 256) / 256);
   EXPECT_THROW(parse_method("commvq:kbits=5"), Error);
-  EXPECT_THROW(parse_method("commvq").keys().key_codec(CodecContext{128, 0, 1}), Error);  // uncalibrated
+  EXPECT_THROW(parse_method("commvq").keys().key_codec(CodecContext{128, 0}), Error);  // uncalibrated
 }
 
 TEST(Method_commvq, CalibrationSurvivesTheFile) {

@@ -45,7 +45,7 @@ TEST(Method_kivi, FusedEqualsReference) {
 void check_held_query_bound(const std::string& spec, int bits, int d, Data kind, uint64_t seed) {
   SCOPED_TRACE(spec + " d=" + std::to_string(d));
   const Method m = parse_method(spec);
-  const auto kc = m.keys().key_codec(CodecContext{d, 0, seed});
+  const auto kc = m.keys().key_codec(CodecContext{d, 0});
   const int G = 32, levels = (1 << bits) - 1, n_q = 5;
   const auto kx = make_data(kind, 96, d, seed);
   const Encoded e = encode_run(*kc, kx, 0);

@@ -101,7 +101,7 @@ TEST(Method_kvquant, BitsPerElementCountEverything) {
 TEST(Method_kvquant, RefusesWithoutCalibration) {
   const Method m = parse_method("kvquant");
   EXPECT_TRUE(m.needs_calibration());
-  EXPECT_THROW(m.keys().key_codec(CodecContext{128, 0, 1}), Error);
+  EXPECT_THROW(m.keys().key_codec(CodecContext{128, 0}), Error);
   // A calibration made for another spec is refused.
   const Calibrated c = calibrated("kvquant:bits=4", 64);
   EXPECT_THROW(parse_method("kvquant:bits=3").with_calibration(c.calib), Error);

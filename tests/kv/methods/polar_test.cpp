@@ -27,8 +27,8 @@ TEST(Method_polar, BitsPerElementAreThePapers) {
   EXPECT_DOUBLE_EQ(parse_method("polar").bits_per_element(128), 3.875);
   EXPECT_DOUBLE_EQ(parse_method("polar").bits_per_element(256), 3.875);
   EXPECT_DOUBLE_EQ(parse_method("polar:levels=1,bits1=3").bits_per_element(64), 9.5);
-  EXPECT_THROW(parse_method("polar:levels=7").keys().key_codec(CodecContext{64, 0, 1}), Error);
-  EXPECT_THROW(parse_method("polar").keys().key_codec(CodecContext{96, 0, 1}), Error);
+  EXPECT_THROW(parse_method("polar:levels=7").keys().key_codec(CodecContext{64, 0}), Error);
+  EXPECT_THROW(parse_method("polar").keys().key_codec(CodecContext{96, 0}), Error);
   EXPECT_THROW(parse_method("polar:bits=0"), Error);
 }
 
@@ -51,7 +51,7 @@ TEST(Method_polar, AngleCodebooksFollowTheDensities) {
 
 double relative_error(const std::string& spec, int d, uint64_t seed) {
   const Method m = parse_method(spec);
-  const auto kc = m.keys().key_codec(CodecContext{d, 0, 11});
+  const auto kc = m.keys().key_codec(CodecContext{d, 0});
   const int B = kc->block_tokens();
   const std::vector<float> x = make_data(Data::kOutliers, size_t(B), d, seed);
   std::vector<float> y(x.size());

@@ -32,7 +32,7 @@ TEST(Method_q4, OddBlockCounts) {
 TEST(Method_q4, ScoresAreExactForTheHeldQuery) {
   for (int d : {36, 128}) {
     const Method m = parse_method("q4");
-    const auto kc = m.keys().key_codec({d, 0, 1});
+    const auto kc = m.keys().key_codec({d, 0});
     const auto q = make_data(Data::kOutliers, 1, d, 7);
     const auto k = make_data(Data::kOutliers, 32, d, 8);
     const Encoded e = encode_run(*kc, k, 0);
@@ -73,7 +73,7 @@ TEST(Method_q4, ScoresAreExactForTheHeldQuery) {
 TEST(Method_q4, AccumulateWithPeakedWeights) {
   const int d = 128, n = 256;
   const Method m = parse_method("q4");
-  const auto vc = m.values().value_codec({d, 0, 1});
+  const auto vc = m.values().value_codec({d, 0});
   const auto v = make_data(Data::kOutliers, n, d, 9);
   const Encoded e = encode_run(*vc, v, 0);
   const auto vd = decode_run(*vc, e, 0);
@@ -133,8 +133,8 @@ namespace {
 TEST(Method_q4, IdenticalOnEveryTarget) {
   const int d = 128, n = 256;
   const Method m = parse_method("q4");
-  const auto kc = m.keys().key_codec({d, 0, 1});
-  const auto vc = m.values().value_codec({d, 0, 1});
+  const auto kc = m.keys().key_codec({d, 0});
+  const auto vc = m.values().value_codec({d, 0});
   const auto x = make_data(Data::kOutliers, n, d, 21);
   const Encoded ke = encode_run(*kc, x, 0), ve = encode_run(*vc, x, 0);
   const auto q = make_data(Data::kGaussian, 4, d, 22);

@@ -40,7 +40,7 @@ TEST(Method_qjl, LaneKeysOnEveryTarget) {
   for (const char* spec : {"qjl:outliers=0", "qjl:m=128,outliers=0,seed=4"}) {
     SCOPED_TRACE(spec);
     const int d = 128, n_q = 6, n = 80;
-    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 2, 1});
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 2});
     const auto q = make_data(Data::kGaussian, n_q, d, 31);
     const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 32), 0);
     EXPECT_GE(scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, 7, 75, [](const auto&) {}), 2);
@@ -79,8 +79,8 @@ TEST(Method_qjl, BadSpecsAreRefused) {
                            "qjl:outliers=65", "qjl:vbits=1", "qjl:group=0", "qjl:seed=-1", "qjl:bits=3"}) {
     EXPECT_THROW(parse_method(spec), Error) << spec;
   }
-  EXPECT_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{8, 0, 1}), Error);
-  EXPECT_NO_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{9, 0, 1}));
+  EXPECT_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{8, 0}), Error);
+  EXPECT_NO_THROW(parse_method("qjl:outliers=8").keys().key_codec(CodecContext{9, 0}));
 }
 
 double dot(const float* a, const float* b, int d, const std::vector<uint8_t>* mask = nullptr, bool in = false) {
@@ -103,7 +103,7 @@ Moments scores_over_seeds(const std::string& spec_prefix, int d, const std::vect
   std::vector<double> err;
   std::set<float> seen;
   for (int s = 1; s <= n; ++s) {
-    const auto kc = parse_method(spec_prefix + ",seed=" + std::to_string(s)).keys().key_codec(CodecContext{d, 0, 1});
+    const auto kc = parse_method(spec_prefix + ",seed=" + std::to_string(s)).keys().key_codec(CodecContext{d, 0});
     std::vector<uint8_t> block(kc->block_bytes());
     kc->encode(keys.data(), 0, block.data());
     std::vector<float> state(kc->query_state_floats());

@@ -58,7 +58,7 @@ TEST(Method_rabitq, ScoresAreExactForTheHeldQuery) {
   for (int d : {8, 32, 64, 128}) {
     SCOPED_TRACE("d " + std::to_string(d));
     const Method m = parse_method("rabitq");
-    const CodecContext ctx{d, 2, 1};
+    const CodecContext ctx{d, 2};
     const auto kc = m.keys().key_codec(ctx);
     const RandomizedHadamard rot(size_t(d), layer_seed(1234, 2, 0));
     const auto q = make_data(Data::kOutliers, 1, d, 7);
@@ -98,7 +98,7 @@ TEST(Method_rabitq, OneBitScoresIdenticalOnEveryTarget) {
   for (int d : {16, 32, 128, 256, 2048}) {
     SCOPED_TRACE("d " + std::to_string(d));
     const Method m = parse_method("rabitq:seed=5");
-    const auto kc = m.keys().key_codec(CodecContext{d, 3, 1});
+    const auto kc = m.keys().key_codec(CodecContext{d, 3});
     const RandomizedHadamard rot(size_t(d), layer_seed(5, 3, 0));
     const int n_q = 7, n = 100;
     const int64_t i0 = 3, i1 = 93;
@@ -188,7 +188,7 @@ struct Estimate {
 Estimate estimate(const std::string& spec, int d, const std::vector<float>& q,
                   const std::vector<float>& o) {
   const Method m = parse_method(spec);
-  const auto kc = m.keys().key_codec(CodecContext{d, 0, 1});
+  const auto kc = m.keys().key_codec(CodecContext{d, 0});
   std::vector<float> keys;
   for (int t = 0; t < rabitq::kBlockTokens; ++t) keys.insert(keys.end(), o.begin(), o.end());
   Estimate e;
@@ -401,8 +401,8 @@ TEST(Method_rabitq, BadSpecsAreRefused) {
     EXPECT_THROW(parse_method(spec), Error) << spec;
   }
   for (int d : {4, 2000, 8192}) {
-    EXPECT_THROW(parse_method("rabitq").keys().key_codec(CodecContext{d, 0, 1}), Error) << d;
-    EXPECT_THROW(parse_method("rabitq").values().value_codec(CodecContext{d, 0, 1}), Error) << d;
+    EXPECT_THROW(parse_method("rabitq").keys().key_codec(CodecContext{d, 0}), Error) << d;
+    EXPECT_THROW(parse_method("rabitq").values().value_codec(CodecContext{d, 0}), Error) << d;
   }
 }
 

@@ -163,7 +163,7 @@ TEST(Method_ratequant, CalibratedCodecsFollowTheAllocation) {
       const auto& lc = c->layers[size_t(l)];
       const Method at = parse_method(base == "kivi" ? fmt::format("kivi:kbits={},vbits={}", lc.key_bits, lc.value_bits)
                                                     : fmt::format("k=turbo:bits={},v=turbo:bits={}", lc.key_bits, lc.value_bits));
-      const CodecContext ctx{d, l, 11};
+      const CodecContext ctx{d, l};
       // Same codec as the base at the allocated widths: same bytes per block.
       EXPECT_EQ(m.keys().key_codec(ctx)->block_bytes(), at.keys().key_codec(ctx)->block_bytes()) << spec << " layer " << l;
       EXPECT_EQ(m.values().value_codec(ctx)->block_bytes(), at.values().value_codec(ctx)->block_bytes());
@@ -216,7 +216,7 @@ TEST(Method_ratequant, ProbeCompressesOneUnit) {
   const auto fp16 = parse_method("fp16");
   const auto kivi3 = parse_method("kivi:kbits=3,vbits=3");
   for (int l = 0; l < 3; ++l) {
-    const CodecContext ctx{d, l, 1};
+    const CodecContext ctx{d, l};
     EXPECT_EQ(p.keys().key_codec(ctx)->block_bytes(), fp16.keys().key_codec(ctx)->block_bytes());
     EXPECT_EQ(p.values().value_codec(ctx)->block_bytes(),
               (l == 1 ? kivi3 : fp16).values().value_codec(ctx)->block_bytes());
@@ -241,7 +241,7 @@ TEST(Method_ratequant, SpecAndBudgetErrors) {
   EXPECT_EQ(ratequant_budget(m, 10), 23);
   EXPECT_EQ(ratequant_budget(parse_method("ratequant:avg=2.5"), 36), 90);
   // Codecs without an allocation are refused, not guessed.
-  EXPECT_THROW(m.keys().key_codec(CodecContext{64, 0, 1}), Error);
+  EXPECT_THROW(m.keys().key_codec(CodecContext{64, 0}), Error);
 }
 
 TEST(Method_ratequant, RefusesAnAllocationThatMissesItsBudget) {

@@ -155,7 +155,7 @@ TEST(Method_spectral, BitsAndRefusals) {
   EXPECT_DOUBLE_EQ(c.method.keys().key_bits(128), 8.0 * (2 + 4 * 1 + 2 + 2 * 15) / 128);
   EXPECT_DOUBLE_EQ(parse_method("spectral:lo=0,rank=16").bits_per_element(128), 8.0 * (2 + 4 * 2) / 128);
   EXPECT_THROW(parse_method("spectral:hi=2,lo=3"), Error);
-  EXPECT_THROW(parse_method("spectral").keys().key_codec(CodecContext{128, 0, 1}), Error);  // uncalibrated
+  EXPECT_THROW(parse_method("spectral").keys().key_codec(CodecContext{128, 0}), Error);  // uncalibrated
   // The participation ratio decides the rank when the spec does not.
   const Calibrated a = calibrated_on_synthetic("spectral", 64, 1024);
   EXPECT_GE(a.calib->layers[0].key_rank, 1);

@@ -43,8 +43,8 @@ TEST(Method_turbo_prod, BadSpecsAreRefused) {
     EXPECT_THROW(parse_method(spec), Error) << spec;
   }
   check_rotation_dims("turbo-prod");
-  EXPECT_THROW(parse_method("turbo-prod").values().value_codec(CodecContext{4, 0, 1}), Error);  // m = d = 4
-  EXPECT_NO_THROW(parse_method("turbo-prod:m=8").values().value_codec(CodecContext{4, 0, 1}));
+  EXPECT_THROW(parse_method("turbo-prod").values().value_codec(CodecContext{4, 0}), Error);  // m = d = 4
+  EXPECT_NO_THROW(parse_method("turbo-prod:m=8").values().value_codec(CodecContext{4, 0}));
 }
 
 // The MSE stage is TurboQuant-MSE at B-1 bits: with the same seed (same rotation) a token's norm
@@ -57,8 +57,8 @@ TEST(Method_turbo_prod, MseStageIsTurboAtOneBitLess) {
     const auto x = make_data(Data::kGaussian, 16, d, 5);
     for (int b = 2; b <= 4; ++b) {
       const auto pc =
-          parse_method("turbo-prod:bits=" + std::to_string(b) + m).keys().key_codec(CodecContext{d, 0, 1});
-      const auto tc = parse_method("turbo:bits=" + std::to_string(b - 1)).keys().key_codec(CodecContext{d, 0, 1});
+          parse_method("turbo-prod:bits=" + std::to_string(b) + m).keys().key_codec(CodecContext{d, 0});
+      const auto tc = parse_method("turbo:bits=" + std::to_string(b - 1)).keys().key_codec(CodecContext{d, 0});
       std::vector<uint8_t> pb(pc->block_bytes()), tb(tc->block_bytes());
       pc->encode(x.data(), 0, pb.data());
       tc->encode(x.data(), 0, tb.data());
@@ -104,7 +104,7 @@ Run run_seeds(int d, int bits, int m, bool values, const std::vector<float>& x16
     const std::string seed = ",seed=" + std::to_string(s);
     const Method prod = parse_method("turbo-prod:bits=" + std::to_string(bits) + ",m=" + std::to_string(m) + seed);
     const Method mse = parse_method("turbo:bits=" + std::to_string(bits - 1) + seed);
-    const CodecContext ctx{d, 2, 1};
+    const CodecContext ctx{d, 2};
     double score = 0;
     std::vector<float> x_mse(size_t(16) * d);
     if (!values) {

@@ -55,7 +55,7 @@ TEST(LloydMax, GaussianAndLaplaceCodebooksAreThePublishedOnes) {
 
 double measured_distortion(const std::string& spec, int d, int n, uint64_t seed) {
   const Method m = parse_method(spec);
-  const auto kc = m.keys().key_codec(CodecContext{d, 0, 7});
+  const auto kc = m.keys().key_codec(CodecContext{d, 0});
   const int B = kc->block_tokens();
   Rng rng(seed);
   std::vector<float> x(size_t(B) * d), y(x.size());

@@ -26,7 +26,7 @@ TEST(Method_turbo, FusedEqualsReference) {
     check_all(spec, {64, 128, 256}, 64);
   }
   // Head dims that are not powers of two take the dense random rotation.
-  for (const char* spec : {"turbo", "turbo:bits=4,norm=2"}) check_all(spec, {80, 96}, 64);
+  for (const char* spec : {"turbo", "turbo:bits=4,norm=inner"}) check_all(spec, {80, 96}, 64);
 }
 
 // Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
@@ -45,11 +45,11 @@ TEST(Method_turbo, EveryTargetMatchesReference) {
 // multiply-add): several queries (a pass of four and a remainder) over a range that starts and
 // ends inside a block.
 TEST(Method_turbo, TableScoresIdenticalOnEveryTarget) {
-  for (const char* spec : {"turbo:bits=1", "turbo:bits=1,norm=1,seed=3"}) {
+  for (const char* spec : {"turbo:bits=1", "turbo:bits=1,norm=length,seed=3"}) {
     SCOPED_TRACE(spec);
     const int d = 128, n_q = 7, n = 100;
     const int64_t i0 = 5, i1 = 91;
-    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 1, 1});
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 1});
     const auto q = make_data(Data::kOutliers, n_q, d, 21);
     const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 22), 0);
     const int tried = scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, i0, i1, [](const auto&) {});
@@ -124,8 +124,8 @@ TEST(Method_turbo, LaneKernelsReadOnlyTheirBlocks) {
     for (int d : {64, 128}) {
       SCOPED_TRACE("bits " + std::to_string(bits) + ", d " + std::to_string(d));
       const Method m = parse_method("turbo:bits=" + std::to_string(bits));
-      const auto kc = m.keys().key_codec(CodecContext{d, 0, 1});
-      const auto vc = m.values().value_codec(CodecContext{d, 0, 1});
+      const auto kc = m.keys().key_codec(CodecContext{d, 0});
+      const auto vc = m.values().value_codec(CodecContext{d, 0});
       const int B = kc->block_tokens(), n_blocks = 3, n = B * n_blocks, n_q = 5;
       const std::vector<float> x = make_data(Data::kGaussian, size_t(n), d, uint64_t(40 + bits));
       const Encoded ke = encode_run(*kc, x, 0), ve = encode_run(*vc, x, 0);
@@ -155,7 +155,7 @@ TEST(Method_turbo, BitsPerElementCountTheNorm) {
   EXPECT_DOUBLE_EQ(parse_method("turbo").bits_per_element(128), 3.125);
   EXPECT_DOUBLE_EQ(parse_method("turbo:bits=1").bits_per_element(256), 1.0625);
   check_rotation_dims("turbo");
-  EXPECT_THROW(parse_method("turbo").keys().key_codec(CodecContext{2, 0, 1}), Error);
+  EXPECT_THROW(parse_method("turbo").keys().key_codec(CodecContext{2, 0}), Error);
 }
 
 // The paper (section 3.1) gives D_mse = 0.36, 0.117, 0.03, 0.009 for b = 1..4. The exact
@@ -167,7 +167,7 @@ TEST(Method_turbo, DistortionMatchesTheSolverAndThePaper) {
   const double paper[] = {0.36, 0.117, 0.030, 0.009};
   for (int b = 1; b <= 4; ++b) {
     const Method m = parse_method("turbo:bits=" + std::to_string(b));
-    const auto kc = m.keys().key_codec(CodecContext{d, 0, 7});
+    const auto kc = m.keys().key_codec(CodecContext{d, 0});
     Rng rng(uint64_t(100 + b));
     std::vector<float> x(size_t(16) * d), y(x.size());
     std::vector<uint8_t> block(kc->block_bytes());
@@ -194,13 +194,14 @@ TEST(Method_turbo, DistortionMatchesTheSolverAndThePaper) {
   }
 }
 
-// norm=1 stores ||x|| / ||c||, so the reconstruction keeps x's length; norm=2 stores
-// ||x|| / <u, c>, so <x, x_hat> = ||x||^2; the paper's norm=0 shrinks both by about (1 - D).
+// norm=length stores ||x|| / ||c||, so the reconstruction keeps x's length; norm=inner stores
+// ||x|| / <u, c>, so <x, x_hat> = ||x||^2; the paper's norm=paper shrinks both by about (1 - D).
 // Exact up to the fp16 rounding of the stored scale (2^-11 relative).
 TEST(Method_turbo, NormCorrections) {
   const int d = 96;  // the dense rotation: the corrections hold whatever the rotation
+  const char* names[] = {"paper", "length", "inner"};
   for (int mode = 0; mode <= 2; ++mode) {
-    const auto kc = parse_method("turbo:bits=2,norm=" + std::to_string(mode)).keys().key_codec(CodecContext{d, 0, 7});
+    const auto kc = parse_method(std::string("turbo:bits=2,norm=") + names[mode]).keys().key_codec(CodecContext{d, 0});
     Rng rng(uint64_t(40 + mode));
     std::vector<float> x(size_t(16) * d), y(x.size());
     for (auto& v : x) v = float(rng.normal()) * 3.0f;
@@ -228,13 +229,17 @@ TEST(Method_turbo, NormCorrections) {
     }
   }
   EXPECT_THROW(parse_method("turbo:norm=3"), Error);
+  EXPECT_THROW(parse_method("turbo:norm=unit"), Error);
+  // The numbers of specs written before the choice had names still parse, to the named form.
+  EXPECT_EQ(parse_method("turbo:bits=2,norm=2").spec(), "turbo:bits=2,norm=inner");
+  EXPECT_EQ(parse_method("turbo:norm=0").spec(), "turbo");
 }
 
 // Fractional settings (outliers=N): per group of tokens the N channels of largest norm at one
 // bit more, each channel set by its own instance (turbo_split.cpp).
 TEST(Method_turbo, OutlierSplitFusedEqualsReference) {
   for (const char* spec : {"turbo:bits=2,outliers=64", "turbo:bits=3,outliers=64,group=16,seed=4",
-                           "k=turbo:bits=1,outliers=64,v=turbo:bits=2,norm=1,outliers=32", "turbo:bits=2,outliers=48,pick=first"}) {
+                           "k=turbo:bits=1,outliers=64,v=turbo:bits=2,norm=length,outliers=32", "turbo:bits=2,outliers=48,pick=first"}) {
     check_all(spec, {128}, 96);
   }
   check_all("turbo:bits=2,outliers=128,group=16", {256}, 64);
@@ -248,14 +253,14 @@ TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
   EXPECT_DOUBLE_EQ(parse_method("turbo:bits=3,outliers=128,group=64").bits_per_element(256), 3.5 + 32.0 / 256 + 1.0 / 64);
   EXPECT_DOUBLE_EQ(parse_method("turbo:bits=2,outliers=32").bits_per_element(128), 2.25 + 32.0 / 128 + 1.0 / 32);
   for (const char* spec : {"turbo:bits=4,outliers=64", "turbo:outliers=2", "turbo:outliers=125", "turbo:outliers=128"}) {
-    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0, 1}), Error) << spec;
-    EXPECT_THROW(parse_method(spec).values().value_codec(CodecContext{128, 0, 1}), Error) << spec;
+    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0}), Error) << spec;
+    EXPECT_THROW(parse_method(spec).values().value_codec(CodecContext{128, 0}), Error) << spec;
   }
   EXPECT_THROW(parse_method("turbo:outliers=-1"), Error);
   EXPECT_THROW(parse_method("turbo:outliers=8,group=0"), Error);
   // Each part keeps blocks of 16 tokens, so a group is a whole number of them.
   for (const char* spec : {"turbo:outliers=64,group=8", "turbo:outliers=64,group=24"}) {
-    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0, 1}), Error) << spec;
+    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{128, 0}), Error) << spec;
   }
 }
 
@@ -275,7 +280,7 @@ TEST(Method_turbo, OutlierSplitGivesTheLoudChannelsTheExtraBit) {
     }
   }
   const auto mse = [&](const std::string& spec, std::vector<uint8_t>* first_block) {
-    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 0, 3});
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 0});
     const int B = kc->block_tokens();
     std::vector<uint8_t> block(kc->block_bytes());
     std::vector<float> y(size_t(B) * d);

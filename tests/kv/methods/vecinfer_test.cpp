@@ -119,7 +119,8 @@ TEST(Method_vecinfer, PreparedByteTablesExactOnEveryTarget) {
     }
     const int tried = for_each_supported_target([&] {
       std::vector<float> state(lut_u8_state_floats(n_sub), -1.0f);
-      lut_u8_prepare(ct.data(), n_sub, sub, y.data(), state.data());
+      Workspace ws;
+      lut_u8_prepare(ct.data(), n_sub, sub, y.data(), state.data(), ws);
       EXPECT_EQ(std::memcmp(lut_u8_tables(state.data()), want.data(), want.size()), 0) << "sub " << sub;
       EXPECT_EQ(lut_u8_bias(state.data()), float(bias)) << "sub " << sub;
       EXPECT_EQ(lut_u8_step(state.data()), range / 255.0f) << "sub " << sub;
@@ -280,8 +281,8 @@ TEST(Method_vecinfer, BitsPerElementAndRefusals) {
   EXPECT_DOUBLE_EQ(parse_method("vecinfer").bits_per_element(128), 0.5 * (2.0 + 1.0));
   EXPECT_DOUBLE_EQ(parse_method("vecinfer:ksub=2,vsub=4").bits_per_element(256), 3.0);
   EXPECT_THROW(parse_method("vecinfer:kbits=4"), Error);
-  EXPECT_THROW(parse_method("vecinfer").keys().key_codec(CodecContext{128, 0, 1}), Error);  // uncalibrated
-  EXPECT_THROW(parse_method("vecinfer:ksub=3").keys().key_codec(CodecContext{128, 0, 1}), Error);
+  EXPECT_THROW(parse_method("vecinfer").keys().key_codec(CodecContext{128, 0}), Error);  // uncalibrated
+  EXPECT_THROW(parse_method("vecinfer:ksub=3").keys().key_codec(CodecContext{128, 0}), Error);
 }
 
 // Against a brute-force search in double precision: the chosen centroid is at the minimum

@@ -53,11 +53,11 @@ class Q4KeyCodec final : public KeyCodec {
   void decode(const uint8_t* block, int64_t, float* keys) const override { q4::decode_block(block, d_, keys); }
   // The state is q4::QueryState's 32-bit words, kept in the float array the contract provides.
   size_t query_state_floats() const override { return q4::QueryState::words(d_); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     q4::QueryState::prepare(q, d_, state);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     q4::scores(states, n_q, q4::QueryState::words(d_), blocks,
                                    i0, i1, d_, out, out_stride);
   }
@@ -82,7 +82,7 @@ class Q4ValueCodec final : public ValueCodec {
   void decode(const uint8_t* block, int64_t, float* values) const override { q4::values::decode_block(block, d_, values); }
   size_t accum_floats() const override { return size_t(q4::values::n_chunks(d_)) * q4::values::kChunk; }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     q4::accumulate(w, w_stride, n_q, blocks, i0, i1, d_, acc, accum_floats());
   }
   void finalize(const float* acc, int n_q, float* out) const override {

@@ -1,4 +1,5 @@
-// The entry points of q4's fused kernels (q4_kernels.cpp), dispatched to the best SIMD target.
+// The entry points of q4's fused kernels (q4_key_kernels.cpp, q4_value_kernels.cpp), dispatched
+// to the best SIMD target.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// q4's block layout, as plain scalar code (the reference for the fused kernels in q4_kernels.cpp).
+// q4's block layout, as plain scalar code (the reference for the fused kernels in
+// q4_key_kernels.cpp and q4_value_kernels.cpp).
 //
 // Quantization is llama.cpp's q4_0, per token and per group of 32 channels: the signed value of
 // largest magnitude maps to code 0, scale = max / -8 (stored fp16), code = floor(x / scale + 8.5)
@@ -151,7 +152,7 @@ inline void decode_block(const uint8_t* block, int d, float* out) {
 }
 
 // Values are quantized the same way but stored with *channels* in the lanes, so that the fused
-// accumulation can sum over tokens inside a lane with byte dot products (q4_kernels.cpp):
+// accumulation can sum over tokens inside a lane with byte dot products (q4_value_kernels.cpp):
 //   codes:  VC = ceil(d/16) chunks of 16 channels; chunk cc holds two 64-byte halves h (tokens
 //           8h..8h+7); lane i of a half (bytes 4i..4i+3) is channel 16cc+i, and its byte b holds
 //           token 8h+b in the low nibble and token 8h+4+b in the high one; channels past d hold

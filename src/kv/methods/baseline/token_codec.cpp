@@ -15,9 +15,9 @@ class TokenKeyCodec final : public KeyCodec {
   void encode(const float* keys, int64_t, uint8_t* block) const override { f_.encode(keys, d_, block); }
   void decode(const uint8_t* block, int64_t, float* keys) const override { f_.decode(block, d_, keys); }
   size_t query_state_floats() const override { return size_t(d_); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, d_, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     f_.scores(states, n_q, size_t(d_), blocks + size_t(i0) * bytes_, bytes_, i1 - i0, d_, out, out_stride);
   }
 
@@ -37,7 +37,7 @@ class TokenValueCodec final : public ValueCodec {
   void decode(const uint8_t* block, int64_t, float* values) const override { f_.decode(block, d_, values); }
   size_t accum_floats() const override { return size_t(d_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     f_.accumulate(w, w_stride, n_q, blocks + size_t(i0) * bytes_, bytes_, i1 - i0, d_, acc, size_t(d_));
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }

@@ -143,10 +143,10 @@ class CommBlockCodec : public Base {
   const CommRows& rows() const { return rows_; }
   // Tokens [i0, i1) of a run as pair-layout tiles.
   template <typename Fn>
-  void pair_tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
+  void pair_tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Workspace& ws, Fn fn) const {
     const size_t row = rows_.row_bytes();
     decode_tiles(
-        i0, i1, head_dim(),
+        i0, i1, head_dim(), ws,
         [&](int64_t i, float* e) {
           rows_.decode_pairs(blocks + size_t(i / kBlockTokens) * kBlockTokens * row + size_t(i % kBlockTokens) * row, e);
         },
@@ -163,7 +163,7 @@ class CommKeyCodec final : public CommBlockCodec<KeyCodec> {
   explicit CommKeyCodec(CommRows rows) : CommBlockCodec(std::move(rows), true) {}
   // The query in pair layout.
   size_t query_state_floats() const override { return size_t(head_dim()); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     for (int f = 0; f < head_dim() / 2; ++f) {
       state[2 * f] = q[rows().rope().first(f)];
       state[2 * f + 1] = q[rows().rope().second(f)];
@@ -172,17 +172,18 @@ class CommKeyCodec final : public CommBlockCodec<KeyCodec> {
   // Per token at p: q~ = R(p)^T q pair by pair (x' = c x + s y, y' = c y - s x), dotted with the
   // stored pre-RoPE vector.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const int d = head_dim(), P = d / 2;
     const bool plain = rows().rope().identity();
-    std::vector<float> cs(static_cast<size_t>(P)), sn(static_cast<size_t>(P));
-    pair_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    float* const cs = ws.get<float>(Workspace::kCodec0, size_t(P));
+    float* const sn = ws.get<float>(Workspace::kCodec1, size_t(P));
+    pair_tiles(blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       if (plain) {
         float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
         return;
       }
       for (int64_t t = 0; t < n; ++t) {
-        rows().rope().angles(pos0 + a + t, cs.data(), sn.data());
+        rows().rope().angles(pos0 + a + t, cs, sn);
         const float* k = tile + size_t(t) * d;
         for (int r = 0; r < n_q; ++r) {
           const float* q = states + size_t(r) * d;
@@ -205,9 +206,9 @@ class CommValueCodec final : public CommBlockCodec<ValueCodec> {
   explicit CommValueCodec(CommRows rows) : CommBlockCodec(std::move(rows), false) {}
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace& ws) const override {
     const int d = head_dim();
-    pair_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    pair_tiles(blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, size_t(d));
     });
   }

@@ -81,20 +81,18 @@ class KiviChannelKeyCodec final : public KeyCodec {
   }
 
   size_t query_state_floats() const override { return size_t(d_); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, d_, state); }
 
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     // Per token group: the query scaled by the group's per-channel scales (once), the bias
     // sum_c q_c z_c, and the group's codes as floats in a small scratch; then one fused call.
-    thread_local std::vector<float> qs, bias, tile, sc, zr;
-    thread_local std::vector<uint8_t> codes;
-    qs.resize(size_t(n_q) * d_);
-    bias.resize(size_t(n_q));
-    tile.resize(size_t(G_) * d_);
-    sc.resize(size_t(d_));
-    zr.resize(size_t(d_));
-    codes.resize(size_t(d_));
+    float* const qs = ws.get<float>(Workspace::kCodec0, size_t(n_q) * d_);
+    float* const bias = ws.get<float>(Workspace::kCodec1, size_t(n_q));
+    float* const tile = ws.get<float>(Workspace::kCodec2, size_t(G_) * d_);
+    float* const sc = ws.get<float>(Workspace::kCodec3, size_t(d_));
+    float* const zr = ws.get<float>(Workspace::kCodec4, size_t(d_));
+    uint8_t* const codes = ws.get<uint8_t>(Workspace::kCodec5, size_t(d_));
     for (int64_t i = i0; i < i1;) {
       const int64_t b = i / R_;
       const int t = int(i % R_), j = t / G_;
@@ -106,16 +104,16 @@ class KiviChannelKeyCodec final : public KeyCodec {
         sc[size_t(c)] = g.scale;
         zr[size_t(c)] = g.zero;
       }
-      dot_rows(states, n_q, size_t(d_), zr.data(), d_, bias.data(), 1);
+      dot_rows(states, n_q, size_t(d_), zr, d_, bias, 1);
       for (int r = 0; r < n_q; ++r) {
         for (int c = 0; c < d_; ++c) qs[size_t(r) * d_ + c] = states[size_t(r) * d_ + c] * sc[size_t(c)];
       }
       for (int u = t; u < t_end; ++u) {
-        unpack_bits(row(block, u), size_t(d_), bits_, codes.data());
-        affine_u8(codes.data(), d_, 1.0f, 0.0f, tile.data() + size_t(u - t) * d_);
+        unpack_bits(row(block, u), size_t(d_), bits_, codes);
+        affine_u8(codes, d_, 1.0f, 0.0f, tile + size_t(u - t) * d_);
       }
       float* o = out + (i - i0);
-      float_scores(qs.data(), n_q, size_t(d_), tile.data(), size_t(d_), t_end - t, d_, o, out_stride);
+      float_scores(qs, n_q, size_t(d_), tile, size_t(d_), t_end - t, d_, o, out_stride);
       for (int r = 0; r < n_q; ++r) {
         for (int u = 0; u < t_end - t; ++u) o[size_t(r) * out_stride + size_t(u)] += bias[size_t(r)];
       }
@@ -147,13 +145,12 @@ class KiviTokenCodec {
     }
     pack_bits(codes.data(), size_t(d_), bits_, tok + param_bytes_);
   }
-  // Tokens [i0, i1) of a run decoded into a thread-local scratch (one attention tile, at most a
-  // few hundred tokens: it stays in cache; no full-length fp16/fp32 copy is ever built).
-  const float* decode_run(const uint8_t* blocks, int64_t i0, int64_t i1) const {
-    thread_local std::vector<float> tile;
-    tile.resize(size_t(i1 - i0) * d_);
-    for (int64_t i = i0; i < i1; ++i) decode(blocks + size_t(i) * bytes_, tile.data() + size_t(i - i0) * d_);
-    return tile.data();
+  // Tokens [i0, i1) of a run decoded into the workspace (one attention tile, at most a few
+  // hundred tokens: it stays in cache; no full-length fp16/fp32 copy is ever built).
+  const float* decode_run(const uint8_t* blocks, int64_t i0, int64_t i1, Workspace& ws) const {
+    float* const tile = ws.get<float>(Workspace::kCodec0, size_t(i1 - i0) * d_);
+    for (int64_t i = i0; i < i1; ++i) decode(blocks + size_t(i) * bytes_, tile + size_t(i - i0) * d_);
+    return tile;
   }
   // Decodes into out[d] (the reference, and the fused paths' per-token step).
   void decode(const uint8_t* tok, float* out) const {
@@ -181,10 +178,10 @@ class KiviTokenKeyCodec final : public KeyCodec {
   void encode(const float* keys, int64_t, uint8_t* block) const override { c_.encode(keys, block); }
   void decode(const uint8_t* block, int64_t, float* keys) const override { c_.decode(block, keys); }
   size_t query_state_floats() const override { return size_t(d_); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, d_, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
-    const float* tile = c_.decode_run(blocks, i0, i1);
+              size_t out_stride, Workspace& ws) const override {
+    const float* tile = c_.decode_run(blocks, i0, i1, ws);
     float_scores(states, n_q, size_t(d_), tile, size_t(d_), i1 - i0, d_, out, out_stride);
   }
 
@@ -203,8 +200,8 @@ class KiviValueCodec final : public ValueCodec {
   void decode(const uint8_t* block, int64_t, float* values) const override { c_.decode(block, values); }
   size_t accum_floats() const override { return size_t(d_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
-    const float* tile = c_.decode_run(blocks, i0, i1);
+                  float* acc, Workspace& ws) const override {
+    const float* tile = c_.decode_run(blocks, i0, i1, ws);
     float_accumulate(w, w_stride, n_q, tile, size_t(d_), i1 - i0, d_, acc, size_t(d_));
   }
   void finalize(const float* acc, int n_q, float* out) const override { std::copy_n(acc, size_t(n_q) * d_, out); }

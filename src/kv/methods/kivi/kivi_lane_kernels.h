@@ -1,5 +1,5 @@
-// The entry points of KIVI's lane kernels (kivi_lane_kernels.cpp), dispatched to the best SIMD
-// target; the layouts they read are described in kivi_lanes.h.
+// The entry points of KIVI's lane kernels (kivi_key_kernels.cpp, kivi_value_kernels.cpp),
+// dispatched to the best SIMD target; the layouts they read are described in kivi_lanes.h.
 #pragma once
 
 #include <cstddef>

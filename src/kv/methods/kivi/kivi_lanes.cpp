@@ -1,5 +1,5 @@
 // KIVI with tokens in the vector lanes: the codecs that lay the codes out (kivi_lanes.h) and
-// call the kernels (kivi_lane_kernels.cpp).
+// call the kernels (kivi_key_kernels.cpp, kivi_value_kernels.cpp).
 #include "src/kv/methods/kivi/kivi_lanes.h"
 
 #include <algorithm>
@@ -80,9 +80,9 @@ class KiviLaneKeyCodec final : public KeyCodec {
     }
   }
   size_t query_state_floats() const override { return size_t(d_); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, d_, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, d_, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     kivi_lanes::key_scores(bits_, states, n_q, query_state_floats(), blocks, block_bytes(), d_, R_, G_, i0, i1,
                                              out, out_stride);
   }
@@ -130,7 +130,7 @@ class KiviLaneValueCodec final : public ValueCodec {
   // Per query: d channel sums, then one sum of w * zero per group.
   size_t accum_floats() const override { return size_t(d_ + n_g_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     kivi_lanes::value_accumulate(bits_, w, w_stride, n_q, blocks, block_bytes(), d_, G_, i0, i1, acc,
                                                    accum_floats());
   }

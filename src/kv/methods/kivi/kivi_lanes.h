@@ -1,6 +1,6 @@
 // KIVI's 2- and 4-bit codes laid out for integer byte dot products (vpdpbusd), and the kernels
-// that read them (kivi_lane_kernels.cpp). KIVI's quantizer (kivi.cpp) is unchanged; only where
-// its codes sit is, and how the fused paths multiply them.
+// that read them (kivi_key_kernels.cpp, kivi_value_kernels.cpp). KIVI's quantizer (kivi.cpp) is
+// unchanged; only where its codes sit is, and how the fused paths multiply them.
 //
 // Both layouts put four codes of one 32-bit lane in its four bytes, several codes of b bits per
 // byte (8/b "fields", field j at bits b*j). A shift by b*j and a mask (0x03030303 or 0x0F0F0F0F)

@@ -49,6 +49,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "src/core/fp16.h"
@@ -119,32 +120,31 @@ class QjlKeyCodec final : public KeyCodec {
 
   // The query itself (for the outlier columns' share, per group) and its sketch S q.
   size_t query_state_floats() const override { return size_t(d_) + size_t(m_); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     std::copy_n(q, d_, state);
     sketch_.project(q, m_, state + d_);
   }
 
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const size_t qs = query_state_floats();
-    // Per query: the inlier sketch (m floats) and the outlier sketch (om floats) of this group.
-    thread_local std::vector<float> w_in, w_out;
-    thread_local std::vector<const float*> w;
-    w_in.resize(size_t(n_q) * m_);
-    w_out.resize(size_t(n_q) * m_);
+    // Per query: the inlier sketch (m floats) and the outlier sketch (om floats) of this group,
+    // the inlier sketch each query reads, and the group's outlier channels.
+    float* const w_in = ws.get<float>(Workspace::kCodec0, size_t(n_q) * m_);
+    float* const w_out = ws.get<float>(Workspace::kCodec1, size_t(n_q) * m_);
+    const float** const w = ws.get<const float*>(Workspace::kCodec2, size_t(n_q));
+    int* const chans = ws.get<int>(Workspace::kCodec3, size_t(std::max(K_, 1)));
     const float s_in = float(kQjlScale / m_), s_out = K_ > 0 ? float(kQjlScale / om_) : 0.0f;
     const int in_bytes = m_ / 8, out_bytes = om_ / 8;
     for (int64_t i = i0; i < i1;) {
       const int64_t b = i / G_;
       const int t0 = int(i % G_), t1 = int(std::min<int64_t>(G_, t0 + (i1 - i)));
       const uint8_t* block = blocks + size_t(b) * block_bytes();
-      w.resize(size_t(n_q));  // the inlier sketch each query reads
       // The group's outlier channels in stored order, each once (as read_mask marks them).
-      thread_local std::vector<int> chans;
-      chans.clear();
+      int n_chans = 0;
       for (int k = 0; k < K_; ++k) {
         const int c = index(block, k);
-        if (c >= 0 && std::find(chans.begin(), chans.end(), c) == chans.end()) chans.push_back(c);
+        if (c >= 0 && std::find(chans, chans + n_chans, c) == chans + n_chans) chans[n_chans++] = c;
       }
       for (int r = 0; r < n_q; ++r) {
         const float* st = states + size_t(r) * qs;
@@ -153,10 +153,10 @@ class QjlKeyCodec final : public KeyCodec {
           continue;
         }
         // S q_out from the outlier columns; S q_in = S q - S q_out.
-        float* wo = w_out.data() + size_t(r) * m_;
-        float* wi = w_in.data() + size_t(r) * m_;
+        float* wo = w_out + size_t(r) * m_;
+        float* wi = w_in + size_t(r) * m_;
         std::fill_n(wo, m_, 0.0f);
-        for (int c : chans) {
+        for (const int c : std::span<const int>(chans, size_t(n_chans))) {
           const float qc = st[c];
           const float* col = sketch_.column(c);
           for (int j = 0; j < m_; ++j) wo[j] += qc * col[j];
@@ -170,7 +170,7 @@ class QjlKeyCodec final : public KeyCodec {
         const float n_out = K_ > 0 ? s_out * load_f16(rw + 2) : 0.0f;
         for (int r = 0; r < n_q; ++r) {
           float s = n_in * sign_dot(w[r], inlier_bits(rw), in_bytes);
-          if (K_ > 0) s += n_out * sign_dot(w_out.data() + size_t(r) * m_, outlier_bits(rw), out_bytes);
+          if (K_ > 0) s += n_out * sign_dot(w_out + size_t(r) * m_, outlier_bits(rw), out_bytes);
           out[size_t(r) * out_stride + size_t(i - i0 + (t - t0))] = s;
         }
       }
@@ -221,8 +221,7 @@ class QjlKeyCodec final : public KeyCodec {
   }
 
   void encode_row(const float* k, const uint8_t* mask, uint8_t* r) const {
-    thread_local std::vector<float> p;
-    p.resize(size_t(m_));
+    std::vector<float> p(static_cast<size_t>(m_));
     const uint16_t n_in = norm_f16(k, d_, mask, false);
     std::memcpy(r, &n_in, 2);
     sketch_.project(k, m_, p.data(), mask, false);
@@ -272,14 +271,14 @@ class QjlLaneKeyCodec final : public KeyCodec {
     for (int t = 0; t < block_tokens(); ++t) sketch_.add_transposed(&z[size_t(t) * m_], keys + size_t(t) * d_);
   }
   size_t query_state_floats() const override { return rows_->query_state_floats(); }
-  void prepare_query(const float* q, float* state) const override {
-    std::vector<float> sq(static_cast<size_t>(m_));
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    std::vector<float> sq(static_cast<size_t>(m_));  // not a workspace slot: the row codec may take those
     sketch_.project(q, m_, sq.data());
-    rows_->prepare_query(sq.data(), state);
+    rows_->prepare_query(sq.data(), state, ws);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
-    rows_->scores(states, n_q, blocks, pos0, i0, i1, out, out_stride);
+              size_t out_stride, Workspace& ws) const override {
+    rows_->scores(states, n_q, blocks, pos0, i0, i1, out, out_stride, ws);
   }
 
  private:

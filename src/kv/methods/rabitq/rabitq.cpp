@@ -189,11 +189,11 @@ class RabitqSignKeyCodec final : public KeyCodec {
     rows_->decode(block, pos0, keys);
   }
   size_t query_state_floats() const override { return QueryState::floats(d_); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     quantize_query(q, d_, dither_seed_, state);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-              float* out, size_t out_stride) const override {
+              float* out, size_t out_stride, Workspace&) const override {
     if (lanes_) {
       rabitq_sign_scores_lanes(states, n_q, QueryState::floats(d_), blocks, block_bytes(), d_, i0,
                                i1, out, out_stride);

@@ -140,12 +140,12 @@ class SpectralKeyCodec final : public RowBlockCodec<KeyCodec, SpectralRows> {
  public:
   using RowBlockCodec::RowBlockCodec;
   size_t query_state_floats() const override { return size_t(head_dim()) + 1; }
-  void prepare_query(const float* q, float* state) const override { rows().to_basis(q, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { rows().to_basis(q, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const int d = head_dim();
     const size_t S = query_state_floats();
-    decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, S, tile, size_t(d), n, d, out + (a - i0), out_stride);
     });
     for (int r = 0; r < n_q; ++r) {
@@ -162,10 +162,10 @@ class SpectralValueCodec final : public RowBlockCodec<ValueCodec, SpectralRows> 
   // The whitened sum, then the sum of weights (for the mean).
   size_t accum_floats() const override { return size_t(head_dim()) + 1; }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace& ws) const override {
     const int d = head_dim();
     const size_t A = accum_floats();
-    decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, A);
     });
     for (int r = 0; r < n_q; ++r) {

@@ -14,8 +14,9 @@
 // level table scaled by its norm: q . x_hat = ||x|| sum_j q'_j c[code_j]. Values accumulate in
 // the rotated space and are rotated back once per step (the rotation wrappers of rot=1).
 //
-// norm=1 or 2 store ||x|| / ||c|| (length kept) or ||x|| / <u, c> (<x, x_hat> = ||x||^2) in
-// place of the norm: deviations from the paper, off by default (turbo_rows.h).
+// norm=length or norm=inner store ||x|| / ||c|| (length kept) or ||x|| / <u, c> (<x, x_hat> =
+// ||x||^2) in place of the norm (norm=paper): deviations from the paper, off by default
+// (turbo_rows.h). The old spellings norm=0, 1, 2 still parse (a choice's position).
 //
 // Deviations: the paper's rotation is a dense random orthogonal matrix; for power-of-two head dims
 // the randomized Hadamard transform is used instead (O(d log d), the same as llama.cpp's rotated
@@ -82,9 +83,9 @@ const MethodDef& turbo_method() {
       {"turbo",
        "TurboQuant-MSE: norm + randomized Hadamard rotation + Lloyd-Max codes of the sphere's coordinate density",
        rotated_method_params({{"bits", ParamType::kInt, 3, 1, 4, "bits per coordinate", {}},
-                              {"norm", ParamType::kInt, 0, 0, 2,
-                               "stored scale: 0 the norm (paper), 1 norm / |c| (length kept), 2 norm / <u, c> (inner products unbiased)",
-                               {}},
+                              {"norm", ParamType::kChoice, 0, 0, 2,
+                               "stored scale: the norm (paper), norm / |c| (length kept), or norm / <u, c> (inner products unbiased)",
+                               {"paper", "length", "inner"}},
                               {"outliers", ParamType::kInt, 0, 0, 4096,
                                "channels per group of tokens coded at bits + 1 by their own instance (head_dim / 2: bits + 0.5)",
                                {}},

@@ -166,9 +166,9 @@ class TurboLaneKeyCodec final : public TurboLaneBlockCodec<KeyCodec> {
  public:
   explicit TurboLaneKeyCodec(TurboRows rows) : TurboLaneBlockCodec<KeyCodec>(std::move(rows), false) {}
   size_t query_state_floats() const override { return part().query_state_floats(); }
-  void prepare_query(const float* q, float* state) const override { part().prepare_query(q, state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { part().prepare_query(q, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     part().scores(states, query_state_floats(), n_q, blocks, block_bytes(), i0, i1, out, out_stride);
   }
 };
@@ -178,7 +178,7 @@ class TurboLaneValueCodec final : public TurboLaneBlockCodec<ValueCodec> {
   explicit TurboLaneValueCodec(TurboRows rows) : TurboLaneBlockCodec<ValueCodec>(std::move(rows), true) {}
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     part().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, size_t(head_dim()));
   }
   void finalize(const float* acc, int n_q, float* out) const override {

@@ -120,9 +120,9 @@ class ProdRows {
   }
 
   template <typename Fn>
-  void mse_tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) const {
+  void mse_tiles(const uint8_t* blocks, int64_t i0, int64_t i1, Workspace& ws, Fn fn) const {
     decode_tiles(
-        i0, i1, d_, [&](int64_t i, float* x) { decode_mse(token(blocks, i), x); }, fn);
+        i0, i1, d_, ws, [&](int64_t i, float* x) { decode_mse(token(blocks, i), x); }, fn);
   }
   const uint8_t* token(const uint8_t* blocks, int64_t i) const {
     return blocks + size_t(i / kBlockTokens) * kBlockTokens * row_ + size_t(i % kBlockTokens) * row_;
@@ -143,14 +143,14 @@ class ProdKeyCodec final : public RowBlockCodec<KeyCodec, ProdRows> {
       : RowBlockCodec(ProdRows(d, bits, m, sketch_seed)), d_(d) {}
   // q' (rotated by the wrapper) and S q'.
   size_t query_state_floats() const override { return size_t(d_) + size_t(rows().m()); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     std::copy_n(q, d_, state);
     rows().sketch().project(q, rows().m(), state + d_);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const size_t qs = query_state_floats();
-    rows().mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    rows().mse_tiles(blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, qs, tile, size_t(d_), n, d_, out + (a - i0), out_stride);
     });
     const int bytes = rows().m() / 8;
@@ -175,9 +175,9 @@ class ProdValueCodec final : public RowBlockCodec<ValueCodec, ProdRows> {
   // d floats for the MSE parts, then m floats of weighted signs (S^T applied once, in finalize).
   size_t accum_floats() const override { return size_t(d_) + size_t(rows().m()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace& ws) const override {
     const size_t as = accum_floats();
-    rows().mse_tiles(blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    rows().mse_tiles(blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d_), n, d_, acc, as);
     });
     const int bytes = rows().m() / 8;
@@ -282,14 +282,14 @@ class ProdLaneKeyCodec final : public ProdLaneCodec<KeyCodec> {
   size_t query_state_floats() const override {
     return lanes().mse().query_state_floats() + lanes().signs().query_state_floats();
   }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace&) const override {
     std::vector<float> sq(static_cast<size_t>(lanes().m()));
     lanes().mse().prepare_query(q, state);
     lanes().sketch().project(q, lanes().m(), sq.data());
     lanes().signs().prepare_query(sq.data(), state + lanes().mse().query_state_floats());
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     const size_t qs = query_state_floats(), n = size_t(i1 - i0);
     std::vector<float> sk(size_t(n_q) * n);
     lanes().mse().scores(states, qs, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
@@ -308,7 +308,7 @@ class ProdLaneValueCodec final : public ProdLaneCodec<ValueCodec> {
   ProdLaneValueCodec(int d, int bits, int m, uint64_t sketch_seed) : ProdLaneCodec(d, bits, m, sketch_seed, true) {}
   size_t accum_floats() const override { return size_t(lanes().d()) + size_t(lanes().m()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     const size_t as = accum_floats();
     lanes().mse().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, as);
     lanes().signs().accumulate(w, w_stride, n_q, blocks + lanes().mse().bytes(), block_bytes(), i0, i1,

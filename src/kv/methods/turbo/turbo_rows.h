@@ -113,10 +113,10 @@ inline TurboRows sphere_rows(int d, int bits, TurboRows::NormMode norm_mode = Tu
 // Tokens [i0, i1) of a run of blocks of kTurboBlockTokens rows decoded a tile at a time
 // (decode_tiles.h) and handed to fn.
 template <typename Rows, typename Fn>
-void decode_row_tiles(const Rows& rows, const uint8_t* blocks, int64_t i0, int64_t i1, Fn fn) {
+void decode_row_tiles(const Rows& rows, const uint8_t* blocks, int64_t i0, int64_t i1, Workspace& ws, Fn fn) {
   const size_t row = rows.row_bytes();
   decode_tiles(
-      i0, i1, rows.head_dim(),
+      i0, i1, rows.head_dim(), ws,
       [&](int64_t i, float* x) {
         rows.decode(blocks + size_t(i / kTurboBlockTokens) * kTurboBlockTokens * row + size_t(i % kTurboBlockTokens) * row,
                     x);
@@ -162,11 +162,11 @@ class RowKeyCodec final : public RowBlockCodec<KeyCodec, Rows> {
   using RowBlockCodec<KeyCodec, Rows>::RowBlockCodec;
   using RowBlockCodec<KeyCodec, Rows>::head_dim;
   size_t query_state_floats() const override { return size_t(head_dim()); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, head_dim(), state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const int d = head_dim();
-    decode_row_tiles(this->rows(), blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(this->rows(), blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, size_t(d), tile, size_t(d), n, d, out + (a - i0), out_stride);
     });
   }
@@ -179,9 +179,9 @@ class RowValueCodec final : public RowBlockCodec<ValueCodec, Rows> {
   using RowBlockCodec<ValueCodec, Rows>::head_dim;
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace& ws) const override {
     const int d = head_dim();
-    decode_row_tiles(this->rows(), blocks, i0, i1, [&](int64_t a, int64_t n, const float* tile) {
+    decode_row_tiles(this->rows(), blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, size_t(d));
     });
   }

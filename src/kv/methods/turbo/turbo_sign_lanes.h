@@ -13,8 +13,8 @@
 //               register lookup of T by the channel's 4 token bits (channels in the lanes) and one
 //               add. Per token and query row that is d/64 lookups and adds on AVX-512, against d/16
 //               level lookups shared by the rows and d/16 multiply-adds per row when tokens sit in
-//               the lanes: accumulation, not scoring, was a one-bit method's cost (52% of RaBitQ's
-//               attention time, 45 us against 12 us for scores at 4096 tokens and four rows).
+//               the lanes: accumulation, not scoring, is where a one-bit method's time goes
+//               otherwise (docs/performance.md, RaBitQ).
 //
 // This is the transpose of the key side's nibble tables (turbo_lanes.h, 4 channels a nibble):
 // there the query is fixed and tokens vary, here the weights of 4 tokens are fixed per table and

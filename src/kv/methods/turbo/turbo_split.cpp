@@ -219,9 +219,10 @@ class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
  public:
   using TurboSplitCodec::TurboSplitCodec;
   size_t query_state_floats() const override { return size_t(head_dim()); }
-  void prepare_query(const float* q, float* state) const override { std::copy_n(q, head_dim(), state); }
+  void prepare_query(const float* q, float* state, Workspace&) const override { std::copy_n(q, head_dim(), state); }
+  // The part codecs take the workspace's slots, so this codec's own buffers are its own vectors.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace& ws) const override {
     const TurboSplit<KeyCodec>& sp = split();
     const int d = head_dim(), G = sp.group();
     const size_t sh = sp.hi().query_state_floats(), sl = sp.lo().query_state_floats();
@@ -231,12 +232,12 @@ class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
       sp.channels(block, &ch);
       for (int r = 0; r < n_q; ++r) {
         sp.to_rotated(ch, states + size_t(r) * d, y.data());
-        sp.hi().prepare_query(y.data(), st_hi.data() + size_t(r) * sh);
-        sp.lo().prepare_query(y.data() + sp.n(), st_lo.data() + size_t(r) * sl);
+        sp.hi().prepare_query(y.data(), st_hi.data() + size_t(r) * sh, ws);
+        sp.lo().prepare_query(y.data() + sp.n(), st_lo.data() + size_t(r) * sl, ws);
       }
       float* dst = out + (a - i0);
-      sp.hi().scores(st_hi.data(), n_q, sp.hi_blocks(block), 0, t0, t0 + n, dst, out_stride);
-      sp.lo().scores(st_lo.data(), n_q, sp.lo_blocks(block), 0, t0, t0 + n, lo.data(), size_t(G));
+      sp.hi().scores(st_hi.data(), n_q, sp.hi_blocks(block), 0, t0, t0 + n, dst, out_stride, ws);
+      sp.lo().scores(st_lo.data(), n_q, sp.lo_blocks(block), 0, t0, t0 + n, lo.data(), size_t(G), ws);
       for (int r = 0; r < n_q; ++r) {
         for (int t = 0; t < n; ++t) dst[size_t(r) * out_stride + size_t(t)] += lo[size_t(r) * G + size_t(t)];
       }
@@ -251,7 +252,7 @@ class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
   using TurboSplitCodec::TurboSplitCodec;
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace& ws) const override {
     const TurboSplit<ValueCodec>& sp = split();
     const int d = head_dim(), N = sp.n();
     const size_t ah = sp.hi().accum_floats(), al = sp.lo().accum_floats();
@@ -262,8 +263,8 @@ class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
       sp.channels(block, &ch);
       std::fill(acc_hi.begin(), acc_hi.end(), 0.0f);
       std::fill(acc_lo.begin(), acc_lo.end(), 0.0f);
-      sp.hi().accumulate(w + (a - i0), w_stride, n_q, sp.hi_blocks(block), 0, t0, t0 + n, acc_hi.data());
-      sp.lo().accumulate(w + (a - i0), w_stride, n_q, sp.lo_blocks(block), 0, t0, t0 + n, acc_lo.data());
+      sp.hi().accumulate(w + (a - i0), w_stride, n_q, sp.hi_blocks(block), 0, t0, t0 + n, acc_hi.data(), ws);
+      sp.lo().accumulate(w + (a - i0), w_stride, n_q, sp.lo_blocks(block), 0, t0, t0 + n, acc_lo.data(), ws);
       sp.hi().finalize(acc_hi.data(), n_q, fin_hi.data());
       sp.lo().finalize(acc_lo.data(), n_q, fin_lo.data());
       for (int r = 0; r < n_q; ++r) {

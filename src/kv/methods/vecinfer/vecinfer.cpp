@@ -219,14 +219,14 @@ class VecInferKeyCodec final : public KeyCodec {
     }
   }
   size_t query_state_floats() const override { return lut_u8_state_floats(book_.n_sub()); }
-  void prepare_query(const float* q, float* state) const override {
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
     float y[kMaxDim];
     for (int j = 0; j < d_; ++j) y[j] = q[j] * smooth_[size_t(j)];
     rot_.forward(y);
-    lut_u8_prepare(book_.transposed(), book_.n_sub(), book_.sub(), y, state);
+    lut_u8_prepare(book_.transposed(), book_.n_sub(), book_.sub(), y, state, ws);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride) const override {
+              size_t out_stride, Workspace&) const override {
     lut_u8_scores(states, query_state_floats(), n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, out, out_stride);
   }
 
@@ -265,7 +265,7 @@ class VecInferValueCodec final : public ValueCodec {
   }
   size_t accum_floats() const override { return size_t(d_); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
-                  float* acc) const override {
+                  float* acc, Workspace&) const override {
     lut_centroid_accumulate(w, w_stride, n_q, book_.n_sub(), book_.sub(), book_.at(0, 0), blocks, block_bytes(), i0,
                             i1, acc, size_t(d_));
   }

@@ -1,0 +1,97 @@
+// KVQuant's row layouts and the helpers its codecs (kvquant_codecs.cpp) and its calibration
+// (kvquant.cpp, where the method and its deviations from the paper are described) share.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "src/core/fp16.h"
+#include "src/kv/calib/nuq.h"
+#include "src/kv/kernels/lut_kernels.h"
+#include "veloxquant/kv/codec.h"
+
+namespace vq::kv::kvquant {
+
+constexpr int kBlockTokens = 16;
+constexpr int kRun = 16;  // rows per step of the fused paths: decoded by one kernel call, 8 KB at d = 128
+constexpr int kMaxHeadDim = 4096;
+
+struct Settings {
+  int bits = 3;
+  double outliers = 0.01;
+  bool weighted = true;
+  bool qnorm = false;
+};
+
+inline int outlier_slots(double outliers, int d) {
+  if (outliers <= 0.0) return 0;
+  return std::clamp(int(std::lround(outliers * d)), 1, d / 2);
+}
+inline int index_bytes(int d) { return d <= 256 ? 1 : 2; }
+inline size_t code_bytes(int d, int bits) { return size_t(bits) * plane_bytes(d); }  // bit planes
+inline size_t key_row_bytes(int d, const Settings& s) {
+  const int S = outlier_slots(s.outliers, d);
+  return code_bytes(d, s.bits) + (S > 0 ? 1 + size_t(S) * (2 + index_bytes(d)) : 0);
+}
+inline size_t value_row_bytes(int d, const Settings& s) {
+  const int S = outlier_slots(s.outliers, d);
+  return 4 + code_bytes(d, s.bits) + size_t(S) * (2 + index_bytes(d));
+}
+
+inline void put_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+// fp16 of x, saturated to the largest finite fp16 (an exact outlier must not become infinite).
+inline uint16_t to_f16(float x) { return f32_to_f16(std::clamp(x, -65504.0f, 65504.0f)); }
+inline uint16_t get_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline void put_index(uint8_t* p, int ib, int c) {
+  if (ib == 1) {
+    *p = uint8_t(c);
+  } else {
+    put_u16(p, uint16_t(c));
+  }
+}
+inline int get_index(const uint8_t* p, int ib) { return ib == 1 ? int(*p) : int(get_u16(p)); }
+
+// The outlier slots of one row: S fp16 values then S indices.
+struct Sparse {
+  uint8_t* values;
+  uint8_t* indices;
+};
+
+// The first n of a row's S outlier slots (S fp16 values, then S indices of ib bytes) written
+// over x; an index outside the head (a damaged cache) is skipped.
+inline void patch_outliers(const uint8_t* slots, int n, int S, int ib, int d, float* x) {
+  const uint8_t* idx = slots + 2 * S;
+  for (int i = 0; i < n; ++i) {
+    const int c = get_index(idx + size_t(i) * ib, ib);
+    if (c < d) x[c] = f16_to_f32(get_u16(slots + 2 * i));
+  }
+}
+
+// Per token: which channels are outliers (removing them shrinks the range most) and the range of
+// the rest. `order` receives the channels sorted by value.
+struct TokenSplit {
+  float lo, hi;
+  int n_low;  // the n_low smallest and S - n_low largest values are outliers
+};
+TokenSplit split_token(const float* x, int d, int S, std::vector<int>* order);
+
+// Levels and their midpoints for the nearest-level rule.
+struct Datatype {
+  std::vector<float> levels, mids;
+  explicit Datatype(std::vector<float> l) : levels(std::move(l)), mids(level_midpoints(levels)) {}
+  uint8_t code(float u) const { return uint8_t(nearest_level(mids.data(), int(mids.size()), u)); }
+};
+
+// The codecs, built from a layer's calibration (checked by the method before).
+std::unique_ptr<KeyCodec> make_key_codec(const CodecContext& ctx, const Settings& s);
+std::unique_ptr<ValueCodec> make_value_codec(const CodecContext& ctx, const Settings& s);
+
+}  // namespace vq::kv::kvquant
