@@ -49,11 +49,13 @@ void Activations::reserve(const ModelConfig& c, int n) {
   grown(pos, size_t(n));
 }
 
-void embed_tokens(const ModelConfig& c, const Weight& embd, const int32_t* tokens, int n, int64_t pos0,
+void embed_tokens(const ModelConfig& c, const Weight& embd, const int32_t* tokens, const CacheBatch& batch, int n,
                   Activations& a) {
   for (int i = 0; i < n; ++i) {
     VQ_CHECK(tokens[i] >= 0 && tokens[i] < c.n_vocab, fmt::format("token id {} is outside the vocabulary", tokens[i]));
-    a.pos[size_t(i)] = pos0 + i;
+  }
+  for (const CacheSlice& s : batch) {
+    for (int i = 0; i < s.n; ++i) a.pos[size_t(s.begin + i)] = s.pos0 + i;
   }
   const int64_t E = c.n_embd;
   float* x = a.x.data();
@@ -65,7 +67,7 @@ void embed_tokens(const ModelConfig& c, const Weight& embd, const int32_t* token
   });
 }
 
-void attention(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n, Activations& a) {
+void attention(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n, Activations& a) {
   const int64_t D = c.head_dim, QD = int64_t(c.n_head) * D, KD = int64_t(c.n_head_kv) * D;
   float *q = a.q.data(), *k = a.k.data(), *v = a.v.data();
   if (L.wqkv.data) {
@@ -97,10 +99,12 @@ void attention(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& 
     rope(ki, c.n_head_kv, int(D), a.pos[size_t(i)], base, fscale, factors);
     for (int64_t j = 0; j < QD; ++j) qi[j] *= c.attn_scale;
   });
-  kv::LayerCache& lc = cache.layer(size_t(l));
-  VQ_CHECK(lc.n_tokens() == a.pos[0], "forward: the cache does not end where this batch starts");
-  lc.append(k, v, n);
-  lc.attend(q, n, c.n_head, a.pos.data(), 1.0f, a.att.data(), a.attend);
+  for (const CacheSlice& s : batch) {
+    kv::LayerCache& lc = s.cache->layer(size_t(l));
+    VQ_CHECK(lc.n_tokens() == s.pos0, "forward: the cache does not end where this batch starts");
+    lc.append(k + s.begin * KD, v + s.begin * KD, s.n);
+    lc.attend(q + s.begin * QD, s.n, c.n_head, a.pos.data() + s.begin, 1.0f, a.att.data() + s.begin * QD, a.attend);
+  }
   matmul(L.wo, a.att.data(), n, a.o.data());
   add_bias(a.o.data(), L.bo, n, c.n_embd);
 }
@@ -125,22 +129,23 @@ void add_rows(const float* x, float* y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] += x[j];
 }
 
-void pre_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n, Activations& a) {
+void pre_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n,
+                    Activations& a) {
   const int64_t E = c.n_embd;
   rms_norm(a.x.data(), L.attn_norm, n, E, c.rms_eps, a.h.data());
-  attention(c, L, l, cache, n, a);
+  attention(c, L, l, batch, n, a);
   add_rows(a.o.data(), a.x.data(), n * E);
   rms_norm(a.x.data(), L.ffn_norm, n, E, c.rms_eps, a.h.data());
   feed_forward(c, L, n, a);
   add_rows(a.o.data(), a.x.data(), n * E);
 }
 
-void sandwich_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n,
+void sandwich_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n,
                          Activations& a) {
   const int64_t E = c.n_embd;
   float *x = a.x.data(), *o = a.o.data(), *sa = a.sa.data();
   rms_norm(x, L.attn_norm, n, E, c.rms_eps, a.h.data());
-  attention(c, L, l, cache, n, a);
+  attention(c, L, l, batch, n, a);
   rms_norm(o, L.attn_post_norm, n, E, c.rms_eps, o);
   for (int64_t j = 0; j < n * E; ++j) sa[j] = o[j] + x[j];
   rms_norm(sa, L.ffn_norm, n, E, c.rms_eps, a.h.data());

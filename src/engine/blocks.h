@@ -40,14 +40,26 @@ struct Activations {
   void reserve(const ModelConfig& c, int n);
 };
 
-// x[i] = embedding row of tokens[i] times c.embd_scale; refuses ids outside the vocabulary.
-void embed_tokens(const ModelConfig& c, const Weight& embd, const int32_t* tokens, int n, int64_t pos0,
+// The sequences of one forward pass: tokens [begin, begin + n) of the pass belong to `cache`, at
+// positions pos0 .. pos0 + n - 1. Slices lie in order and cover the pass. Each slice's keys and
+// values enter its own cache and its queries attend to that cache only; every other step works on
+// each token's row alone, so a token's result does not depend on the other slices.
+struct CacheSlice {
+  kv::KvCache* cache = nullptr;
+  int begin = 0, n = 0;
+  int64_t pos0 = 0;
+};
+using CacheBatch = std::vector<CacheSlice>;
+
+// x[i] = embedding row of tokens[i] times c.embd_scale, and a.pos from the slices; refuses ids
+// outside the vocabulary.
+void embed_tokens(const ModelConfig& c, const Weight& embd, const int32_t* tokens, const CacheBatch& batch, int n,
                   Activations& a);
 
 // Self-attention of layer l over its cache: in a.h (normed input), out a.o ([n][n_embd]).
 // Q, K, V projections (fused or not, with their biases), per-head q/k norms, RoPE of the layer's
 // kind, the attention scale, then the cache takes the keys and values and attends.
-void attention(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n, Activations& a);
+void attention(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n, Activations& a);
 
 // Gated feed-forward network: in a.h, out a.o. act(gate) * up, then down.
 void feed_forward(const ModelConfig& c, const LayerWeights& L, int n, Activations& a);
@@ -57,11 +69,12 @@ void add_rows(const float* x, float* y, int64_t n);
 
 // A pre-norm decoder layer on a.x (Llama, Qwen, Phi-3):
 //   x += attention(norm(x)); x += ffn(norm(x)).
-void pre_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n, Activations& a);
+void pre_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n,
+                    Activations& a);
 
 // Gemma's layer, with a norm before and after each sub-block:
 //   sa = post_norm(attention(norm(x))) + x; x = post_norm(ffn(norm(sa))) + sa.
-void sandwich_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, kv::KvCache& cache, int n,
+void sandwich_norm_layer(const ModelConfig& c, const LayerWeights& L, int l, const CacheBatch& batch, int n,
                          Activations& a);
 
 // Final norm and output projection of the rows of a.x whose want flag is set, in order, to logits

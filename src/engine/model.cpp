@@ -60,11 +60,22 @@ kv::ModelIdentity Model::identity() const {
 
 void Model::forward(const int32_t* tokens, int n, int64_t pos0, kv::KvCache& cache, const uint8_t* want_logits,
                     float* logits, Activations& act) const {
-  VQ_CHECK(int(cache.n_layers()) == cfg_.n_layer, "forward: cache has the wrong number of layers");
+  if (n <= 0) return;
+  forward_batch(tokens, {CacheSlice{&cache, 0, n, pos0}}, want_logits, logits, act);
+}
+
+void Model::forward_batch(const int32_t* tokens, const CacheBatch& batch, const uint8_t* want_logits, float* logits,
+                          Activations& act) const {
+  int n = 0;
+  for (const CacheSlice& s : batch) {
+    VQ_CHECK(s.cache && int(s.cache->n_layers()) == cfg_.n_layer, "forward: cache has the wrong number of layers");
+    VQ_CHECK(s.begin == n && s.n > 0, "forward: the slices must cover the pass in order");
+    n += s.n;
+  }
   if (n <= 0) return;
   act.reserve(cfg_, n);
-  embed_tokens(cfg_, embd_, tokens, n, pos0, act);
-  run_layers(n, cache, act);
+  embed_tokens(cfg_, embd_, tokens, batch, n, act);
+  run_layers(n, batch, act);
   output_logits(cfg_, out_norm_, out_, n, want_logits, act, logits);
 }
 

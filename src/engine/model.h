@@ -43,12 +43,17 @@ class Model {
   // the activations, reused from call to call (one per caller running at the same time).
   void forward(const int32_t* tokens, int n, int64_t pos0, kv::KvCache& cache, const uint8_t* want_logits,
                float* logits, Activations& act) const;
+  // Several sequences in one pass (each slice's tokens in its own cache, blocks.h): the weights are
+  // read once for all of them, and each token's logits are those it would get in a pass of its
+  // slice alone cut the same way (the kernels keep each row's arithmetic apart).
+  void forward_batch(const int32_t* tokens, const CacheBatch& batch, const uint8_t* want_logits, float* logits,
+                     Activations& act) const;
 
  protected:
   explicit Model(std::unique_ptr<GgufFile> f);
   // The architecture's layer stack over act.x (embedded already), leaving the last hidden states
   // in act.x.
-  virtual void run_layers(int n, kv::KvCache& cache, Activations& act) const = 0;
+  virtual void run_layers(int n, const CacheBatch& batch, Activations& act) const = 0;
 
   // Tensors, checked: shape (rows x cols as ggml's ne[1] x ne[0]), a type the kernels read, and
   // for vectors F32 with finite values. The optional forms return an empty Weight / null if absent.

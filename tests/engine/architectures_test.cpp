@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -115,6 +117,65 @@ TEST_P(Architecture, CompressedCacheRuns) {
   }
   EXPECT_GT(diff, 0.0) << "a 4-bit cache should not equal fp16 to the bit";
   EXPECT_LT(diff, 0.5 * scale) << "4-bit KIVI moved the logits too far";
+}
+
+// Three sequences in one pass (Model::forward_batch, as the server runs them) give each the same
+// logits, to the bit, as running each alone: prefills of different lengths together, then decode
+// steps of all three together, with a compressed cache.
+TEST_P(Architecture, BatchedSequencesMatchEachAlone) {
+  const auto model = Model::load(path_);
+  const std::vector<int32_t> all = golden_["tokens"].get<std::vector<int32_t>>();
+  const int64_t V = model->config().n_vocab;
+  const kv::Method method = kv::parse_method("q4");
+  const std::vector<size_t> lengths = {all.size(), all.size() / 2, 3};
+  std::vector<std::vector<float>> alone;  // per sequence: prefill's last logits, then each step's
+  for (size_t len : lengths) {
+    kv::KvCache cache(method, model->cache_layout());
+    Activations act;
+    std::vector<uint8_t> want(len, 0);
+    want.back() = 1;
+    std::vector<float> out(static_cast<size_t>(V)), trace;
+    model->forward(all.data(), int(len), 0, cache, want.data(), out.data(), act);
+    trace = out;
+    for (int step = 0; step < 3; ++step) {
+      const int32_t t = all[size_t(step)];
+      const uint8_t w = 1;
+      model->forward(&t, 1, int64_t(len) + step, cache, &w, out.data(), act);
+      trace.insert(trace.end(), out.begin(), out.end());
+    }
+    alone.push_back(trace);
+  }
+  std::vector<std::unique_ptr<kv::KvCache>> caches;
+  for (size_t i = 0; i < lengths.size(); ++i) caches.push_back(std::make_unique<kv::KvCache>(method, model->cache_layout()));
+  Activations act;
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> want;
+  CacheBatch batch;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    batch.push_back({caches[i].get(), int(tokens.size()), int(lengths[i]), 0});
+    tokens.insert(tokens.end(), all.begin(), all.begin() + int64_t(lengths[i]));
+    want.resize(tokens.size(), 0);
+    want.back() = 1;
+  }
+  std::vector<float> out(lengths.size() * size_t(V));
+  std::vector<std::vector<float>> together(lengths.size());
+  model->forward_batch(tokens.data(), batch, want.data(), out.data(), act);
+  for (size_t i = 0; i < lengths.size(); ++i) together[i].assign(out.begin() + int64_t(i) * V, out.begin() + int64_t(i + 1) * V);
+  for (int step = 0; step < 3; ++step) {
+    tokens.assign(lengths.size(), all[size_t(step)]);
+    want.assign(lengths.size(), 1);
+    batch.clear();
+    for (size_t i = 0; i < lengths.size(); ++i) batch.push_back({caches[i].get(), int(i), 1, int64_t(lengths[i]) + step});
+    model->forward_batch(tokens.data(), batch, want.data(), out.data(), act);
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      together[i].insert(together[i].end(), out.begin() + int64_t(i) * V, out.begin() + int64_t(i + 1) * V);
+    }
+  }
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    ASSERT_EQ(together[i].size(), alone[i].size());
+    EXPECT_EQ(std::memcmp(together[i].data(), alone[i].data(), alone[i].size() * sizeof(float)), 0)
+        << "sequence " << i << " of length " << lengths[i];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engine, Architecture,

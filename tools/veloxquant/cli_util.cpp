@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "src/engine/model.h"
 #include "src/engine/session.h"
 #include "veloxquant/error.h"
 
@@ -70,6 +71,22 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
       fmt::print("{}\n", std::string(total, '-'));
     }
   }
+}
+
+// --chat-template NAME, else the model file's template. Refuses (one line) a file whose
+// template is none of llama.cpp's, or one not formatted here.
+engine::ChatTemplate chat_template_for(const engine::Model& model, const std::string& name) {
+  if (!name.empty()) return engine::chat_template_from_name(name);
+  const engine::ChatTemplate t = engine::model_chat_template(model.file());
+  VQ_CHECK(t != engine::ChatTemplate::kUnknown,
+           fmt::format("{}: tokenizer.chat_template is none of the known chat templates; pass --chat-template NAME "
+                       "(one of: {})",
+                       model.file().path(), engine::chat_template_names()));
+  VQ_CHECK(engine::chat_template_formats(t),
+           fmt::format("{}: tokenizer.chat_template is llama.cpp's '{}', which is not supported here; pass "
+                       "--chat-template NAME (one of: {})",
+                       model.file().path(), engine::chat_template_name(t), engine::chat_template_names()));
+  return t;
 }
 
 }  // namespace vq::cli

@@ -4,6 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "src/engine/chat_template.h"
+
+namespace vq::engine {
+class Model;
+}  // namespace vq::engine
+
 namespace vq::cli {
 
 struct Stats {
@@ -20,6 +26,10 @@ size_t peak_rss_bytes();
 // The --kv-budget in bytes: the given size, 0 for no limit, or by default 80% of the available
 // memory.
 size_t kv_budget_bytes(const std::string& option);
+
+// --chat-template NAME, else the model file's template. Refuses (one line) a file whose template
+// is none of llama.cpp's, or one not formatted here.
+engine::ChatTemplate chat_template_for(const engine::Model& model, const std::string& name);
 
 // Prints rows as an aligned text table; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);

@@ -20,5 +20,6 @@ Runner add_bench_command(CLI::App& app);
 Runner add_passkey_command(CLI::App& app);
 Runner add_fidelity_command(CLI::App& app);
 Runner add_calibrate_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
 
 }  // namespace vq::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(vq::cli::add_passkey_command(app));
   add(vq::cli::add_fidelity_command(app));
   add(vq::cli::add_calibrate_command(app));
+  add(vq::cli::add_serve_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -13,8 +13,8 @@ class Gemma3 final : public Model {
     require_layers({.qk_norm = true, .post_norms = true});
   }
 
-  void run_layers(int n, kv::KvCache& cache, Activations& a) const override {
-    for (int l = 0; l < cfg_.n_layer; ++l) sandwich_norm_layer(cfg_, layers_[size_t(l)], l, cache, n, a);
+  void run_layers(int n, const CacheBatch& batch, Activations& a) const override {
+    for (int l = 0; l < cfg_.n_layer; ++l) sandwich_norm_layer(cfg_, layers_[size_t(l)], l, batch, n, a);
   }
 };
 

@@ -12,8 +12,8 @@ class Qwen3 final : public Model {
     require_layers({.qk_norm = true});
   }
 
-  void run_layers(int n, kv::KvCache& cache, Activations& a) const override {
-    for (int l = 0; l < cfg_.n_layer; ++l) pre_norm_layer(cfg_, layers_[size_t(l)], l, cache, n, a);
+  void run_layers(int n, const CacheBatch& batch, Activations& a) const override {
+    for (int l = 0; l < cfg_.n_layer; ++l) pre_norm_layer(cfg_, layers_[size_t(l)], l, batch, n, a);
   }
 };
 
