@@ -44,6 +44,8 @@ MATRIX = {
         "bench": {"prompt": 256, "n": 16, "depths": "0,2048", "reps": 2, "specs": ["fp16", "q8", "q4", "kivi"]},
         "attn_bench": {"ctx": 8192, "layers": 8, "rounds": 3, "iters": 2},
         "fidelity": {"tokens": 512, "queries": 16, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
+        "serve": {"specs": ["fp16", "kivi"], "concurrency": "1,2,4,8", "requests": 8, "max_tokens": 32,
+                  "hold_tokens": 2000, "hold_budget": "48M", "hold_requests": 20},
     },
     "full": {
         "calibrate": {"ctx": 1024, "chunks": 8, "specs": KVQUANT},
@@ -53,6 +55,9 @@ MATRIX = {
                   "specs": ["fp16", "q8", "q4", "q4:rot=1", "kivi"]},
         "attn_bench": {"ctx": 32768, "layers": 16, "rounds": 5, "iters": 4},
         "fidelity": {"tokens": 2048, "queries": 32, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
+        # Sequences of 8k tokens under a budget sized for 4 of them in fp16 (47.3 MiB each).
+        "serve": {"specs": ["fp16", "kivi"], "concurrency": "1,2,4,8,16", "requests": 16, "max_tokens": 64,
+                  "hold_tokens": 8150, "hold_budget": "190M", "hold_requests": 20},
     },
 }
 
@@ -96,6 +101,18 @@ def run_tool(args):
     return {"stamp": stamp, "data": json.loads(proc.stdout)}
 
 
+def run_script(args):
+    """Runs a script that prints JSON (the load test); returns {stamp, data} as run_tool does."""
+    t0 = time.time()
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit("report: failed: %s\n%s" % (" ".join(args), proc.stderr.strip()[-2000:]))
+    stamp = {"command": " ".join(args), "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "duration_s": round(time.time() - t0, 1), "commit": commit(), "machine": machine()}
+    print("report: %5.0f s  %s" % (stamp["duration_s"], stamp["command"]), flush=True)
+    return {"stamp": stamp, "data": json.loads(proc.stdout)}
+
+
 def save(name, obj):
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, name + ".json"), "w") as f:
@@ -107,7 +124,7 @@ def calib_path(spec):
     return os.path.join(CALIB, spec.replace(":", "_").replace(",", "_").replace("=", "-") + ".vqcal")
 
 
-STEPS = ["calibrate", "perplexity", "passkey", "bench", "attn_bench", "fidelity"]
+STEPS = ["calibrate", "perplexity", "passkey", "bench", "attn_bench", "fidelity", "serve"]
 
 
 def run(mode, only):
@@ -154,6 +171,15 @@ def run(mode, only):
         kvs = sum((["--kv", s] for s in f["specs"]), [])
         save("fidelity", {"mode": mode, "runs": [run_tool(
             ["fidelity", "-m", MODEL, "-f", TEXT, "--tokens", str(f["tokens"]), "--queries", str(f["queries"])] + kvs)]})
+    sv = m["serve"]
+    if "serve" in steps:
+        kvs = sum((["--kv", s] for s in sv["specs"]), [])
+        speed = run_script(["scripts/load-test"] + kvs + ["--concurrency", sv["concurrency"], "--requests",
+                           str(sv["requests"]), "--max-tokens", str(sv["max_tokens"])])
+        held = run_script(["scripts/load-test"] + kvs + ["--kv-budget", sv["hold_budget"], "--ctx",
+                          str(sv["hold_tokens"] + 64), "--hold", str(sv["hold_tokens"]), "--max-tokens", "16",
+                          "--requests", str(sv["hold_requests"])])
+        save("serve", {"mode": mode, "speed": speed, "hold": held})
     if only:
         return
     save("run", {"mode": mode, "duration_s": round(time.time() - t0, 1), "commit": commit(), "machine": machine()})
@@ -444,6 +470,39 @@ def render():
         ax.legend(fontsize=7)
         parts += ["![fidelity per layer](%s)" % savefig(plt, fig, "fidelity_per_layer.png"), "",
                   "Command: " + stamp_line(run["stamp"]), ""]
+
+    sv = load("serve")
+    if sv:
+        speed, held = sv["speed"], sv["hold"]
+        rows, fig, ax = [], *plt.subplots()
+        for run in speed["data"]["runs"]:
+            lv = run["levels"]
+            for x in lv:
+                rows.append([run["kv"], str(x["concurrency"]), "%.1f" % x["aggregate_tokens_per_s"],
+                             "%.3f / %.3f" % (x["ttft_s"]["p50"], x["ttft_s"]["p99"]),
+                             "%.4f / %.4f" % (x["time_per_output_token_s"]["p50"], x["time_per_output_token_s"]["p99"])])
+            ax.plot([x["concurrency"] for x in lv], [x["aggregate_tokens_per_s"] for x in lv], marker="o", label=run["kv"])
+        ax.set_xlabel("concurrent streaming requests")
+        ax.set_ylabel("aggregate generated tokens/s")
+        ax.set_title("veloxquant serve: throughput against concurrency")
+        ax.legend()
+        hrows = []
+        for run in held["data"]["runs"]:
+            h = run["hold"]
+            kvb = h["kv_bytes_resident_at_peak"]
+            hrows.append([run["kv"], str(h["prompt_tokens_each"]), "%.1f" % (h["kv_budget_bytes"] / 2**20),
+                          str(h["sequences_held_at_once"]), "%.1f" % (sum(kvb.values()) / 2**20)])
+        parts += ["## Serving: concurrent sequences in one KV budget (`veloxquant serve`)", "",
+                  "Streaming completions at temperature 0 from `scripts/load-test` on the loopback: aggregate "
+                  "generated tokens per second of wall time (prefill and HTTP included), time to first token and "
+                  "time per output token (p50 / p99, seconds).", "",
+                  table(["kv", "concurrency", "tokens/s", "TTFT p50 / p99", "TPOT p50 / p99"], rows), "",
+                  "![serve throughput](%s)" % savefig(plt, fig, "serve_throughput.png"), "",
+                  "Command: " + stamp_line(speed["stamp"]), "",
+                  "Sequences of the given length held at once under one `--kv-budget`, read from the server's "
+                  "own `/metrics` (active sequences at the peak, and the KV bytes resident then):", "",
+                  table(["kv", "prompt tokens each", "budget MiB", "sequences held", "KV MiB resident"], hrows), "",
+                  "Command: " + stamp_line(held["stamp"]), ""]
 
     with open(DOC, "w") as f:
         f.write("\n".join(parts).rstrip() + "\n")
