@@ -45,7 +45,7 @@ MATRIX = {
         "attn_bench": {"ctx": 8192, "layers": 8, "rounds": 3, "iters": 2},
         "fidelity": {"tokens": 512, "queries": 16, "specs": BASELINES[1:] + KIVI + ["kivi:kaxis=token"]},
         "serve": {"specs": ["fp16", "kivi"], "concurrency": "1,2,4,8", "requests": 8, "max_tokens": 32,
-                  "hold_tokens": 2000, "hold_budget": "48M", "hold_requests": 20},
+                  "hold_tokens": 2000, "hold_budget": "115M", "hold_requests": 20},  # 4 x fp16's 28.5 MiB
     },
     "full": {
         "calibrate": {"ctx": 1024, "chunks": 8, "specs": KVQUANT},
