@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "src/core/threads.h"
+#include "src/eval/logit_kl.h"
 #include "src/serve/request.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/cache.h"
@@ -109,6 +110,7 @@ void Scheduler::submit(const std::shared_ptr<Job>& job) {
   }
   if (p.prompt.empty()) throw ApiError(400, "invalid_request_error", "invalid_value", "the prompt is empty");
   const size_t need = bytes_for(int64_t(p.prompt.size()) + p.max_new);
+  job->kv_bytes = need;
   if (opt_.kv_budget > 0 && need > opt_.kv_budget) {
     throw ApiError(400, "invalid_request_error", "kv_budget_exceeded",
                    fmt::format("the prompt and max_tokens need {:.1f} MiB of KV cache with {}, more than the server's "
@@ -176,7 +178,7 @@ void Scheduler::admit() {
         best = it;
       }
     }
-    const size_t need = bytes_for(int64_t(prompt.size()) + job->params.max_new);
+    const size_t need = job->kv_bytes;  // computed once, at submit
     const size_t reused = best == kept_.end() ? 0 : best->bytes;
     // Drop kept caches (not the one to reuse), least recently used first, until the job fits.
     while (opt_.kv_budget > 0 && reserved_ - reused + need > opt_.kv_budget) {
@@ -322,19 +324,15 @@ void Scheduler::step() {
     Chunk c;
     c.text = s.text.push(tok.piece(id));
     if (s.job->params.logprobs >= 0) {
-      // log-softmax of the row, in double: the chosen token and the best alternatives.
-      double mx = lg[0];
-      for (int64_t j = 1; j < V; ++j) mx = std::max(mx, double(lg[j]));
-      double z = 0;
-      for (int64_t j = 0; j < V; ++j) z += std::exp(double(lg[j]) - mx);
-      const double lse = mx + std::log(z);
-      TokenLogprob t{tok.piece(id), float(double(lg[id]) - lse), {}};
+      // The chosen token's log-probability and the best alternatives'.
+      eval::log_softmax(lg, V, &logp_);
+      TokenLogprob t{tok.piece(id), float(logp_[size_t(id)]), {}};
       std::vector<int32_t> order(static_cast<size_t>(V));
       std::iota(order.begin(), order.end(), 0);
       const int k = std::min<int>(s.job->params.logprobs, int(V));
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
                         [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-      for (int j = 0; j < k; ++j) t.top.emplace_back(tok.piece(order[size_t(j)]), float(double(lg[order[size_t(j)]]) - lse));
+      for (int j = 0; j < k; ++j) t.top.emplace_back(tok.piece(order[size_t(j)]), float(logp_[size_t(order[size_t(j)])]));
       c.logprobs.push_back(std::move(t));
     }
     s.job->emit(std::move(c));

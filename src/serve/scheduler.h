@@ -68,6 +68,7 @@ class Job {
   std::string error;          // set when the job failed
   int error_status = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  size_t kv_bytes = 0;  // what admission reserves for it (Scheduler::submit sets it)
 
   // Scheduler side.
   void emit(Chunk c);
@@ -148,6 +149,7 @@ class Scheduler {
   std::list<Kept> kept_;  // most recently used first
   size_t reserved_ = 0;   // bytes promised to active sequences, plus the kept caches' bytes
   engine::Activations act_;
+  std::vector<double> logp_;  // a row's log-probabilities, for logprobs
   Metrics totals_;
   std::thread thread_;
 };

@@ -2,6 +2,7 @@
 // one compressed KV budget (src/serve/scheduler.h: continuous batching and prefix reuse).
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -72,8 +73,7 @@ Runner add_serve_command(CLI::App& app) {
     o->http.max_body_bytes = parse_bytes(o->max_body, "--max-body");
     o->http.timeout_s = o->timeout;
     o->http.http_threads = std::max(64, 4 * o->parallel);
-    std::string name = o->model;
-    if (const size_t slash = name.find_last_of('/'); slash != std::string::npos) name = name.substr(slash + 1);
+    const std::string name = std::filesystem::path(o->model).filename().string();
     o->http.model_name = name;
     serve::Scheduler scheduler(*model, method, so);
     fmt::print(stderr, "veloxquant serve: {} with --kv {}, {} sequences at once, context {} each, KV budget {}\n",

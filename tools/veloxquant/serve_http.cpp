@@ -75,12 +75,8 @@ class Api {
     } else {
       p.prompt = tok.encode(r.prompt, /*add_special=*/true);
     }
-    const int64_t room = sched_.options().n_ctx - int64_t(p.prompt.size());
-    if (room <= 0) {
-      throw ApiError(400, "invalid_request_error", "context_length_exceeded",
-                     fmt::format("the prompt has {} tokens; the context holds {}", p.prompt.size(),
-                                 sched_.options().n_ctx));
-    }
+    // A prompt that leaves no room is refused by submit.
+    const int64_t room = std::max<int64_t>(0, sched_.options().n_ctx - int64_t(p.prompt.size()));
     p.max_new = std::min(r.max_tokens.value_or(room), room);
     p.sampling = r.sampling;
     p.stop = r.stop;
