@@ -111,6 +111,16 @@ void quantize_activations(ActQuant q, const float* x, int64_t n, uint8_t* out) {
   VQ_ASSERT(false);
 }
 
+void act_scale_table(const uint8_t* acts, size_t act_stride, int n_tok, int64_t n, float* table) {
+  VQ_ASSERT(n_tok >= 1 && n_tok <= kQDotMaxTokens && n % kQK == 0);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    for (int t = 0; t < kQDotMaxTokens; ++t) {
+      table[b * kQDotMaxTokens + t] =
+          t < n_tok ? reinterpret_cast<const BlockQ8_0Act*>(acts + size_t(t) * act_stride)[b].d : 0.f;
+    }
+  }
+}
+
 void dequantize_activations(ActQuant q, const uint8_t* in, int64_t n, float* x) {
   if (q == ActQuant::kQ8_0) {
     const auto* b = reinterpret_cast<const BlockQ8_0Act*>(in);

@@ -91,9 +91,10 @@ namespace {
 constexpr int kPanelRows = 16;
 
 // Weights with an integer kernel (qdot.h): the activations are quantized once, then every row
-// meets them in byte products. Decode (up to 4 tokens) streams each row from memory once for all
-// tokens; prefill takes items of 16 rows and runs groups of 4 tokens over each, so that the group's
-// activations stay in L1 while the item's rows come from L2.
+// meets them in byte products. Decode (up to kQDotMaxTokens tokens: a step of as many sequences)
+// streams each row from memory once for all tokens; prefill takes items of 16 rows and runs groups
+// of kQDotMaxTokens tokens over each, so that the group's activations stay in L1 while the item's
+// rows come from L2.
 void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_tok, float* y) {
   const size_t stride = act_row_bytes(aq, w.cols);
   // The calling thread's buffer; the lambdas take its address, since a thread_local named inside
@@ -107,14 +108,28 @@ void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_to
   } else {
     for (int64_t t = 0; t < n_tok; ++t) quantize(t);
   }
+  // Each group of kQDotMaxTokens tokens' block scales, side by side (qdot_row's act_scales).
+  const int64_t groups = (n_tok + kQDotMaxTokens - 1) / kQDotMaxTokens;
+  const int64_t table_floats = aq == ActQuant::kQ8_0 ? w.cols / 32 * kQDotMaxTokens : 0;
+  thread_local std::vector<float> tables;
+  tables.resize(size_t(table_floats * groups));
+  float* table = tables.data();
+  if (table_floats > 0) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t t0 = g * kQDotMaxTokens;
+      act_scale_table(acts + size_t(t0) * stride, stride, int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0)), w.cols,
+                      table + g * table_floats);
+    }
+  }
   const int64_t items = (w.rows + 15) / 16;
   parallel_for(items, [&](int64_t item) {
     const int64_t r0 = item * 16, r_end = std::min(w.rows, r0 + 16);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += 4) {
-      const int n = int(std::min<int64_t>(4, n_tok - t0));
+    for (int64_t t0 = 0; t0 < n_tok; t0 += kQDotMaxTokens) {
+      const int n = int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0));
+      const float* scales = table_floats > 0 ? table + t0 / kQDotMaxTokens * table_floats : nullptr;
       for (int64_t r = r0; r < r_end; ++r) {
         qdot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, acts + size_t(t0) * stride, stride, n,
-                 y + t0 * w.rows + r, w.rows);
+                 y + t0 * w.rows + r, w.rows, scales);
       }
     }
   });

@@ -1,7 +1,7 @@
 // Vector kernels of the integer dot products (qdot.h) for x86: 256-bit byte multiply-adds on
-// AVX2, AVX-512 and AVX-512 VNNI, with up to four tokens per pass over a weight row so that the
-// weights are unpacked once for all of them. Each kernel forms exactly the eight lane sums and
-// float operations that qdot_reference.cpp spells out; other targets run that reference.
+// AVX2, AVX-512 and AVX-512 VNNI, with up to four tokens (K-quants) or eight (Q4_0, Q5_0, Q8_0)
+// per pass over a weight row so that the weights are unpacked once for all of them. Each kernel
+// forms exactly the eight lane sums and float operations that qdot_reference.cpp spells out; other targets run that reference.
 //
 // 256-bit vectors on the AVX-512 targets too: the blocks are 32 bytes wide, and Zen 4 executes
 // 512-bit integer operations as two 256-bit halves anyway.
@@ -11,6 +11,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/engine/qdot.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
 #include <cstring>
 
 #include "hwy/highway.h"
@@ -62,6 +63,9 @@ HWY_INLINE float Total(__m256 acc) {
 // acc + float(isum) * scale, one rounding (the reference's fma).
 HWY_INLINE __m256 AddScaled(__m256 acc, I isum, float scale) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
+}
+HWY_INLINE __m256 AddScaled(__m256 acc, I isum, __m256 scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
 }
 HWY_INLINE __m256 SubScaled(__m256 acc, I isum, float scale) {
   return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale), acc);
@@ -194,57 +198,102 @@ HWY_INLINE I Values(const BlockQ5_0& x) {
   return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
 }
 
-template <typename Block, int kTok>
-void DotLegacy(const Block* w, int64_t nb, const BlockQ8_0Act* const* y, float* out, int64_t out_stride) {
+// kTable: ts holds the activation blocks' scales by block, ts[b * kQDotMaxTokens + t] (see qdot.h),
+// so that a token's scale reaches all lanes as part of a load (a multiply with a broadcast memory
+// operand) instead of a scalar multiply and a register broadcast: one vector operation fewer per
+// token and block, the same product d * y.d.
+template <typename Block, int kTok, bool kTable>
+void DotLegacy(const Block* w, int64_t nb, const BlockQ8_0Act* const* y, const float* ts, float* out,
+               int64_t out_stride) {
   __m256 acc[kTok];
   for (int t = 0; t < kTok; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if constexpr (kTok <= 2) Prefetch(w + b);
+    const float d = H2F(w[b].d);
+    const __m256 dv = _mm256_set1_ps(d);
     const I v = Values(w[b]);
     const I mag = _mm256_sign_epi8(v, v);  // |v| as unsigned bytes (128 for -128)
-    const float d = H2F(w[b].d);
     for (int t = 0; t < kTok; ++t) {
       const I isum = AddByteProducts(_mm256_setzero_si256(), mag, _mm256_sign_epi8(Load(y[t][b].qs), v));
-      acc[t] = AddScaled(acc[t], isum, d * y[t][b].d);
+      if constexpr (kTable) {
+        acc[t] = AddScaled(acc[t], isum, _mm256_mul_ps(dv, _mm256_broadcast_ss(ts + b * kQDotMaxTokens + t)));
+      } else {
+        acc[t] = AddScaled(acc[t], isum, d * y[t][b].d);
+      }
     }
   }
   for (int t = 0; t < kTok; ++t) out[t * out_stride] = Total(acc[t]);
 }
 
+// The K-quants take up to 4 tokens a pass (their sums need three registers per token); the
+// legacy types, up to kQDotMaxTokens.
 template <int kTok>
-void QDotT(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, float* out,
+void QDotK(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, float* out,
            int64_t out_stride) {
-  const BlockQ8_KAct* yk[kTok];
-  const BlockQ8_0Act* y8[kTok];
-  for (int t = 0; t < kTok; ++t) {
-    yk[t] = reinterpret_cast<const BlockQ8_KAct*>(acts + size_t(t) * act_stride);
-    y8[t] = reinterpret_cast<const BlockQ8_0Act*>(acts + size_t(t) * act_stride);
-  }
+  const BlockQ8_KAct* y[kTok];
+  for (int t = 0; t < kTok; ++t) y[t] = reinterpret_cast<const BlockQ8_KAct*>(acts + size_t(t) * act_stride);
   switch (GgmlType(type)) {
-    case GgmlType::kQ4_K: DotK45<BlockQ4_K, false, kTok>(reinterpret_cast<const BlockQ4_K*>(w), n / kQK_K, yk, out, out_stride); return;
-    case GgmlType::kQ5_K: DotK45<BlockQ5_K, true, kTok>(reinterpret_cast<const BlockQ5_K*>(w), n / kQK_K, yk, out, out_stride); return;
-    case GgmlType::kQ6_K: DotQ6K<kTok>(reinterpret_cast<const BlockQ6_K*>(w), n / kQK_K, yk, out, out_stride); return;
-    case GgmlType::kQ8_0: DotLegacy<BlockQ8_0, kTok>(reinterpret_cast<const BlockQ8_0*>(w), n / kQK, y8, out, out_stride); return;
-    case GgmlType::kQ4_0: DotLegacy<BlockQ4_0, kTok>(reinterpret_cast<const BlockQ4_0*>(w), n / kQK, y8, out, out_stride); return;
-    case GgmlType::kQ5_0: DotLegacy<BlockQ5_0, kTok>(reinterpret_cast<const BlockQ5_0*>(w), n / kQK, y8, out, out_stride); return;
-    default: qdot_row_reference(type, w, n, acts, act_stride, kTok, out, out_stride); return;
+    case GgmlType::kQ4_K: DotK45<BlockQ4_K, false, kTok>(reinterpret_cast<const BlockQ4_K*>(w), n / kQK_K, y, out, out_stride); return;
+    case GgmlType::kQ5_K: DotK45<BlockQ5_K, true, kTok>(reinterpret_cast<const BlockQ5_K*>(w), n / kQK_K, y, out, out_stride); return;
+    default: DotQ6K<kTok>(reinterpret_cast<const BlockQ6_K*>(w), n / kQK_K, y, out, out_stride); return;
+  }
+}
+
+template <int kTok>
+void QDotLegacy(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, const float* ts,
+                float* out, int64_t out_stride) {
+  const BlockQ8_0Act* y[kTok];
+  for (int t = 0; t < kTok; ++t) y[t] = reinterpret_cast<const BlockQ8_0Act*>(acts + size_t(t) * act_stride);
+  const int64_t nb = n / kQK;
+  // With one or two tokens the rows stream from memory and the saved operation does not show.
+  const bool table = ts != nullptr && kTok > 2;
+  switch (GgmlType(type)) {
+    case GgmlType::kQ8_0:
+      return table ? DotLegacy<BlockQ8_0, kTok, true>(reinterpret_cast<const BlockQ8_0*>(w), nb, y, ts, out, out_stride)
+                   : DotLegacy<BlockQ8_0, kTok, false>(reinterpret_cast<const BlockQ8_0*>(w), nb, y, ts, out, out_stride);
+    case GgmlType::kQ4_0:
+      return table ? DotLegacy<BlockQ4_0, kTok, true>(reinterpret_cast<const BlockQ4_0*>(w), nb, y, ts, out, out_stride)
+                   : DotLegacy<BlockQ4_0, kTok, false>(reinterpret_cast<const BlockQ4_0*>(w), nb, y, ts, out, out_stride);
+    default:
+      return table ? DotLegacy<BlockQ5_0, kTok, true>(reinterpret_cast<const BlockQ5_0*>(w), nb, y, ts, out, out_stride)
+                   : DotLegacy<BlockQ5_0, kTok, false>(reinterpret_cast<const BlockQ5_0*>(w), nb, y, ts, out, out_stride);
   }
 }
 
 void QDot(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok, float* out,
-          int64_t out_stride) {
-  switch (n_tok) {
-    case 1: QDotT<1>(type, w, n, acts, act_stride, out, out_stride); return;
-    case 2: QDotT<2>(type, w, n, acts, act_stride, out, out_stride); return;
-    case 3: QDotT<3>(type, w, n, acts, act_stride, out, out_stride); return;
-    default: QDotT<4>(type, w, n, acts, act_stride, out, out_stride); return;
+          int64_t out_stride, const float* ts) {
+  switch (GgmlType(type)) {
+    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+      for (int t0 = 0; t0 < n_tok; t0 += 4) {
+        const uint8_t* a = acts + size_t(t0) * act_stride;
+        float* o = out + t0 * out_stride;
+        switch (std::min(4, n_tok - t0)) {
+          case 1: QDotK<1>(type, w, n, a, act_stride, o, out_stride); break;
+          case 2: QDotK<2>(type, w, n, a, act_stride, o, out_stride); break;
+          case 3: QDotK<3>(type, w, n, a, act_stride, o, out_stride); break;
+          default: QDotK<4>(type, w, n, a, act_stride, o, out_stride); break;
+        }
+      }
+      return;
+    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ5_0:
+      switch (n_tok) {
+        case 1: QDotLegacy<1>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 2: QDotLegacy<2>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 3: QDotLegacy<3>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 4: QDotLegacy<4>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 5: QDotLegacy<5>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 6: QDotLegacy<6>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        case 7: QDotLegacy<7>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+        default: QDotLegacy<8>(type, w, n, acts, act_stride, ts, out, out_stride); return;
+      }
+    default: qdot_row_reference(type, w, n, acts, act_stride, n_tok, out, out_stride); return;
   }
 }
 
 #else  // no 256-bit integer kernels on this target
 
 void QDot(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok, float* out,
-          int64_t out_stride) {
+          int64_t out_stride, const float* /*ts*/) {
   qdot_row_reference(type, w, n, acts, act_stride, n_tok, out, out_stride);
 }
 
@@ -259,8 +308,8 @@ namespace vq::engine {
 HWY_EXPORT(QDot);
 
 void qdot_row(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok,
-              float* out, int64_t out_stride) {
-  HWY_DYNAMIC_DISPATCH(QDot)(type, w, n, acts, act_stride, n_tok, out, out_stride);
+              float* out, int64_t out_stride, const float* act_scales) {
+  HWY_DYNAMIC_DISPATCH(QDot)(type, w, n, acts, act_stride, n_tok, out, out_stride, act_scales);
 }
 
 }  // namespace vq::engine

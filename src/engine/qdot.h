@@ -42,10 +42,21 @@ void quantize_activations(ActQuant q, const float* x, int64_t n, uint8_t* out);
 // The floats a quantized activation row stands for (d * qs), for references and tests.
 void dequantize_activations(ActQuant q, const uint8_t* in, int64_t n, float* x);
 
-// out[t * out_stride] = dot(weight row, activation row t) for t < n_tok (1 to 4). The activation
-// rows lie act_stride bytes apart, quantized with act_quant_for(type). Vector kernels.
+// The most activation rows one qdot_row call takes.
+constexpr int kQDotMaxTokens = 8;
+
+// out[t * out_stride] = dot(weight row, activation row t) for t < n_tok (1 to kQDotMaxTokens). The
+// activation rows lie act_stride bytes apart, quantized with act_quant_for(type). Vector kernels.
+// act_scales may be null, or (for ActQuant::kQ8_0 rows) hold the rows' block scales by block:
+// act_scales[b * kQDotMaxTokens + t] = row t's d of block b, any finite value for t >= n_tok
+// (act_scale_table makes it). It saves each token one vector operation per block; the result is
+// the same.
 void qdot_row(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, int n_tok,
-              float* out, int64_t out_stride);
+              float* out, int64_t out_stride, const float* act_scales = nullptr);
+
+// The act_scales table of qdot_row for the n_tok (at most kQDotMaxTokens) kQ8_0 rows at acts:
+// (n / 32) * kQDotMaxTokens floats into `table`.
+void act_scale_table(const uint8_t* acts, size_t act_stride, int n_tok, int64_t n, float* table);
 
 // The same in plain scalar code: the specification the kernels are tested against.
 void qdot_row_reference(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride,

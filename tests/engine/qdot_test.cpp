@@ -46,10 +46,10 @@ TEST(QDot, KernelsEqualReferenceOnEveryTarget) {
       const ActQuant q = act_quant_for(uint32_t(t));
       for (int64_t n : {256, 512, 2048}) {
         const auto w = random_row(t, n, uint64_t(t) * 31 + uint64_t(n));
-        const auto a = random_acts(q, n, 4, uint64_t(n));
+        const auto a = random_acts(q, n, kQDotMaxTokens, uint64_t(n));
         const size_t stride = act_row_bytes(q, n);
-        for (int n_tok = 1; n_tok <= 4; ++n_tok) {
-          float got[4], want[4], alone[4];
+        for (int n_tok = 1; n_tok <= kQDotMaxTokens; ++n_tok) {
+          float got[kQDotMaxTokens], want[kQDotMaxTokens], alone[kQDotMaxTokens];
           qdot_row(uint32_t(t), w.data(), n, a.data(), stride, n_tok, got, 1);
           qdot_row_reference(uint32_t(t), w.data(), n, a.data(), stride, n_tok, want, 1);
           for (int k = 0; k < n_tok; ++k) qdot_row(uint32_t(t), w.data(), n, a.data() + k * stride, stride, 1, alone + k, 1);
@@ -57,6 +57,12 @@ TEST(QDot, KernelsEqualReferenceOnEveryTarget) {
               << hwy::TargetName(bits & -bits) << " " << ggml_type_info(uint32_t(t))->name << " n=" << n
               << " n_tok=" << n_tok << ": " << got[0] << " vs " << want[0];
           ASSERT_EQ(0, std::memcmp(got, alone, sizeof(float) * size_t(n_tok))) << "batch composition changed a result";
+          if (q == ActQuant::kQ8_0) {
+            std::vector<float> table(size_t(n / 32 * kQDotMaxTokens));
+            act_scale_table(a.data(), stride, n_tok, n, table.data());
+            qdot_row(uint32_t(t), w.data(), n, a.data(), stride, n_tok, got, 1, table.data());
+            ASSERT_EQ(0, std::memcmp(got, want, sizeof(float) * size_t(n_tok))) << "with the scale table";
+          }
         }
       }
     }
