@@ -43,8 +43,8 @@ VQ_API const char* vq_version(void);
 /* The message of the last failed call on this thread ("" if none). Valid until the thread's next
  * failing call. */
 VQ_API const char* vq_last_error(void);
-/* "ok", "invalid argument", ... */
-VQ_API const char* vq_status_name(vq_status status);
+/* "ok", "invalid argument", ... for a vq_status ("unknown status" for any other value). */
+VQ_API const char* vq_status_name(int status);
 /* Threads for compute (n <= 0: OpenMP's default); returns the count now in use. */
 VQ_API int vq_set_threads(int n);
 
@@ -94,7 +94,7 @@ typedef struct vq_cache_config {
   const char* calib_path;         /* calibration file for a method that needs one, or NULL */
   /* The rotary embedding the appended keys carry, for methods that store keys before RoPE
    * (kvquant, commvq); NONE for the others. */
-  vq_rope_style rope_style;
+  int32_t rope_style;   /* a vq_rope_style (an int: any value a caller passes is checked) */
   float rope_base;       /* default 10000 */
   float rope_freq_scale; /* default 1 */
   float logit_softcap;   /* scores s -> c*tanh(s/c) before the softmax; 0: off */
@@ -184,6 +184,19 @@ VQ_API vq_status vq_detokenize(const vq_model* model, const int32_t* tokens, siz
                                size_t capacity, size_t* text_len);
 /* 1 if the token ends generation (EOS, EOT, ...), else 0. */
 VQ_API int vq_token_is_eog(const vq_model* model, int32_t token);
+
+/* A conversation (n_messages roles and contents: "system", "user", "assistant") as prompt text in a
+ * chat template, byte for byte as llama.cpp's built-in templates format it: the one named by
+ * template_name ("gemma", "chatml", "llama3", ...), or the model's tokenizer.chat_template when it
+ * is NULL. add_generation_prompt: end with the assistant's turn opening. Tokenize the text with
+ * add_special and parse_special. Output as vq_detokenize (VQ_ERR_BUFFER_TOO_SMALL, NUL if room). */
+VQ_API vq_status vq_chat_format(const vq_model* model, const char* template_name, const char* const* roles,
+                                const char* const* contents, size_t n_messages, int add_generation_prompt, char* text,
+                                size_t capacity, size_t* text_len);
+/* What follows an assistant reply in the template (Gemma's "<end_of_turn>\n"): feed it after a
+ * generated reply to continue the conversation in the same session. */
+VQ_API vq_status vq_chat_turn_end(const vq_model* model, const char* template_name, char* text, size_t capacity,
+                                  size_t* text_len);
 
 #define VQ_KV_BUDGET_DEFAULT UINT64_MAX /* 80% of the memory the system reports available */
 

@@ -95,7 +95,7 @@ VQ_API vq_status vq_cache_create(const vq_cache_config* config, vq_cache** out) 
     VQ_CHECK(c.n_kv_heads >= 1 && c.n_kv_heads <= 1024, fmt::format("n_kv_heads {} is outside [1, 1024]", c.n_kv_heads));
     VQ_CHECK(c.head_dim >= 1 && c.head_dim <= 4096, fmt::format("head_dim {} is outside [1, 4096]", c.head_dim));
     VQ_CHECK(c.rope_style == VQ_ROPE_NONE || c.rope_style == VQ_ROPE_NEOX || c.rope_style == VQ_ROPE_NORM,
-             fmt::format("rope_style {} is not VQ_ROPE_NONE, VQ_ROPE_NEOX or VQ_ROPE_NORM", int(c.rope_style)));
+             fmt::format("rope_style {} is not VQ_ROPE_NONE, VQ_ROPE_NEOX or VQ_ROPE_NORM", c.rope_style));
     VQ_CHECK(std::isfinite(c.rope_base) && c.rope_base > 0, "rope_base must be positive and finite");
     VQ_CHECK(std::isfinite(c.rope_freq_scale) && c.rope_freq_scale > 0, "rope_freq_scale must be positive and finite");
     VQ_CHECK(std::isfinite(c.logit_softcap) && c.logit_softcap >= 0, "logit_softcap must be >= 0 and finite");

@@ -77,7 +77,7 @@ VQ_API const char* vq_version(void) { return VQ_VERSION_STRING; }
 
 VQ_API const char* vq_last_error(void) { return t_last_error.c_str(); }
 
-VQ_API const char* vq_status_name(vq_status status) {
+VQ_API const char* vq_status_name(int status) {
   switch (status) {
     case VQ_OK: return "ok";
     case VQ_ERR_INVALID_ARGUMENT: return "invalid argument";

@@ -99,6 +99,7 @@ static uint16_t to_half(float f) { /* round-to-nearest for the normal range the 
 static void test_basics(void) {
   CHECK(strcmp(vq_version(), VQ_EXPECTED_VERSION) == 0);
   CHECK(strcmp(vq_status_name(VQ_ERR_IO), "i/o error") == 0);
+  CHECK(strcmp(vq_status_name(99), "unknown status") == 0);
   CHECK(vq_set_threads(2) >= 1);
 }
 
@@ -290,7 +291,7 @@ static void test_cache_errors(void) {
   c.sliding_window = bad_window;
   CHECK_FAILS(vq_cache_create(&c, &cache), VQ_ERR_INVALID_ARGUMENT, "sliding_window[0]");
   c.sliding_window = NULL;
-  c.rope_style = (vq_rope_style)7;
+  c.rope_style = 7;
   CHECK_FAILS(vq_cache_create(&c, &cache), VQ_ERR_INVALID_ARGUMENT, "rope_style 7");
   c.rope_style = VQ_ROPE_NONE;
   CHECK_OK(vq_cache_create(&c, &cache));
@@ -389,6 +390,23 @@ static void test_model(const char* model_path) {
   const int32_t bad_id = info.n_vocab;
   CHECK_FAILS(vq_detokenize(model, &bad_id, 1, 0, back, sizeof back, &len), VQ_ERR_INVALID_ARGUMENT, "vocabulary");
   CHECK(vq_token_is_eog(model, info.eos) == 1 && vq_token_is_eog(model, ids[1]) == 0);
+
+  /* Chat: the model's template (Gemma's), a named one, and errors. */
+  const char* roles[2] = {"user", "assistant"};
+  const char* contents[2] = {"Hi", "Hello!"};
+  char chat[512];
+  CHECK_OK(vq_chat_format(model, NULL, roles, contents, 1, 1, chat, sizeof chat, &len));
+  CHECK(strcmp(chat, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n") == 0);
+  CHECK_OK(vq_chat_format(model, "chatml", roles, contents, 2, 0, chat, sizeof chat, &len));
+  CHECK(strstr(chat, "<|im_start|>assistant\nHello!<|im_end|>") != NULL);
+  CHECK_FAILS(vq_chat_format(model, NULL, roles, contents, 2, 1, chat, 8, &len), VQ_ERR_BUFFER_TOO_SMALL, "room");
+  CHECK(len > 8);
+  CHECK_FAILS(vq_chat_format(model, "nosuch", roles, contents, 1, 1, chat, sizeof chat, &len), VQ_ERR_INVALID_ARGUMENT,
+              "nosuch");
+  CHECK_FAILS(vq_chat_format(model, NULL, NULL, contents, 1, 1, chat, sizeof chat, &len), VQ_ERR_INVALID_ARGUMENT,
+              "roles is NULL");
+  CHECK_OK(vq_chat_turn_end(model, NULL, chat, sizeof chat, &len));
+  CHECK(strcmp(chat, "<end_of_turn>\n") == 0);
 
   vq_session_config sc;
   vq_session_config_init(&sc);
