@@ -1,12 +1,14 @@
 /* The C API from C: methods, a standalone KV cache held to a naive float attention and to the
  * library's reference attention, save and load, and every error path a caller can hit (null
  * pointers, wrong shapes, bad specs, missing and damaged files) returning a status and one line.
- * With a model path as argv[1], also the model, session, sampling and perplexity calls. */
+ * With a model path as argv[1], also the model, session, sampling and perplexity calls; with the
+ * malformed-GGUF corpus (tests/data/gguf_corpus) as argv[2], every bad file refused with one line. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "veloxquant/veloxquant.h"
@@ -500,12 +502,57 @@ static void test_model(const char* model_path) {
   vq_model_free(NULL);
 }
 
+/* Every bad_*.gguf of the corpus is refused as bad data naming the file; the tiny valid one loads
+ * and generates. */
+static void test_gguf_corpus(const char* dir) {
+  DIR* d = opendir(dir);
+  CHECK(d != NULL);
+  if (!d) return;
+  int refused = 0;
+  char path[1024];
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (strncmp(e->d_name, "bad_", 4) != 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    vq_model* model = (vq_model*)1;
+    CHECK_FAILS(vq_model_load(path, &model), VQ_ERR_DATA, path);
+    CHECK(model == NULL);
+    ++refused;
+  }
+  closedir(d);
+  CHECK(refused >= 30);
+  snprintf(path, sizeof path, "%s/ok_tiny_llama.gguf", dir);
+  vq_model* model = NULL;
+  CHECK_OK(vq_model_load(path, &model));
+  vq_session_config sc;
+  vq_session_config_init(&sc);
+  sc.n_ctx = 32;
+  sc.kv_spec = "q4";
+  vq_session* session = NULL;
+  if (model) CHECK_OK(vq_session_create(model, &sc, &session));
+  if (session) {
+    const int32_t ids[2] = {1, 2};
+    CHECK_OK(vq_session_feed(session, ids, 2));
+    vq_sampler_config spc;
+    vq_sampler_config_init(&spc);
+    spc.temperature = 0.8f;
+    vq_sampler* sampler = NULL;
+    CHECK_OK(vq_sampler_create(&spc, &sampler));
+    int done = 0;
+    int32_t tok;
+    for (int i = 0; i < 40 && !done; ++i) CHECK_OK(vq_session_generate_step(session, sampler, &tok, NULL, NULL, &done));
+    vq_sampler_free(sampler);
+  }
+  vq_session_free(session);
+  vq_model_free(model);
+}
+
 int main(int argc, char** argv) {
   test_basics();
   test_methods();
   test_cache_methods();
   test_cache_errors();
   if (argc > 1) test_model(argv[1]);
+  if (argc > 2) test_gguf_corpus(argv[2]);
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
