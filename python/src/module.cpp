@@ -10,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -179,6 +180,28 @@ struct Cache {
                        : vq_cache_attend(h, layer, qp, n_q, heads, dim, pos, scale, out.data());
     });
     return owned_array(std::move(out), {size_t(n_q), size_t(heads), size_t(dim)});
+  }
+
+  // Seconds of each of `reps` vq_cache_attend calls made from C++ with the same arguments as
+  // attend(): the baseline of the binding's overhead (bench/python_overhead.py).
+  std::vector<double> time_attend(int layer, F32Array q, int reps) {
+    if (q.ndim() != 3) throw nb::value_error("time_attend: q must be shaped (n_q, n_heads, head_dim)");
+    const int64_t n_q = int64_t(q.shape(0));
+    const int32_t heads = int32_t(q.shape(1)), dim = int32_t(q.shape(2));
+    std::vector<float> out(size_t(n_q) * size_t(heads) * size_t(dim));
+    std::vector<double> seconds;
+    const float* qp = q.data();
+    vq_status s = VQ_OK;
+    {
+      nb::gil_scoped_release release;
+      for (int r = 0; r < reps && s == VQ_OK; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        s = vq_cache_attend(h, layer, qp, n_q, heads, dim, nullptr, 0.0f, out.data());
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+    check(s);
+    return seconds;
   }
 
   nb::dict memory(int layer) const {
@@ -371,6 +394,7 @@ NB_MODULE(_core, m) {
       }, "path"_a, "calib"_a.none())
       .def("append", &Cache::append, "layer"_a, "k"_a, "v"_a)
       .def("attend", &Cache::attend, "layer"_a, "q"_a, "positions"_a.none(), "scale"_a, "reference"_a)
+      .def("time_attend", &Cache::time_attend, "layer"_a, "q"_a, "reps"_a)
       .def("memory", &Cache::memory, "layer"_a)
       .def("n_tokens", &Cache::n_tokens, "layer"_a)
       .def("shape", &Cache::shape)
