@@ -151,3 +151,11 @@ def test_perplexity_gives_the_cli_figures(model, kv):
     for key, value in got.items():
         assert want[key] == value, key
     assert {"ppl", "ppl_stderr", "tokens_scored", "kv_bits_per_element"} <= set(got)
+
+
+def test_the_package_ships_type_stubs():
+    folder = os.path.dirname(vq.__file__)
+    assert os.path.exists(os.path.join(folder, "py.typed"))
+    with open(os.path.join(folder, "_core.pyi")) as f:
+        stub = f.read()
+    assert "class Cache" in stub and "def attend" in stub
