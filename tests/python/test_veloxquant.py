@@ -159,3 +159,12 @@ def test_the_package_ships_type_stubs():
     with open(os.path.join(folder, "_core.pyi")) as f:
         stub = f.read()
     assert "class Cache" in stub and "def attend" in stub
+
+
+def test_the_example_script_prints_what_the_cli_prints():
+    import sys
+    script = os.path.join(os.path.dirname(os.path.abspath(DATA)), "examples", "generate.py")
+    prompt = "Once upon a time,"
+    out = subprocess.run([sys.executable, script, MODEL, prompt, "24", "kivi:residual=8"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == cli("generate", "-m", MODEL, "-p", prompt, "-n", "24", "--kv", "kivi:residual=8")
