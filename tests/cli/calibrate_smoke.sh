@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # calibrate and --calib end to end: a KVQuant calibration made on the first half of the text is
 # used on the second half (one fp16 pass serving two methods); a missing, other-spec, damaged or
-# other-model calibration is refused with one line; a saved KVQuant cache is refused under
+# other-model calibration, or too little text, is refused with one line; a saved KVQuant cache is refused under
 # another calibration and continues under its own.
 set -euo pipefail
 bin=$1 src=$2
@@ -38,6 +38,13 @@ b[len(b) // 2] ^= 1
 open(sys.argv[2], "wb").write(b)
 PY
 refuse "checksum" "${ppl[@]}" --kv kvquant:bits=2 --calib "$tmp/bad.vqcal"
+# Too little text for VecInfer's k-means: refused from inside its parallel loop with one error line
+# (after the progress lines) and exit status 2, not an abort.
+rc=0
+"$bin" calibrate -m "$model" -f "$text" --kv vecinfer -o "$tmp/v.vqcal" -c 64 --chunks 1 >/dev/null 2>"$tmp/err" || rc=$?
+[[ $rc -eq 2 ]] || { echo "exit status $rc"; cat "$tmp/err"; exit 1; }
+[[ $(grep -c "error" "$tmp/err") -eq 1 ]] && tail -1 "$tmp/err" | grep -q "at least 256 needed" || { cat "$tmp/err"; exit 1; }
+[[ ! -e "$tmp/v.vqcal" ]]
 refuse "was made for the model Gemma" "$bin" perplexity -m "$src/tests/data/gguf_corpus/ok_tiny_llama.gguf" -f "$text" \
   -c 16 --chunks 1 --kv kvquant:bits=2 --calib "$tmp/a.vqcal"
 # A saved cache names its calibration.
