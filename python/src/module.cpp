@@ -48,6 +48,19 @@ void run(F&& f) {
   check(s);
 }
 
+// The text of a C API call that writes into (buffer, capacity) and reports the length it needs:
+// asked once for the length, then once to fill.
+template <typename F>
+std::string sized_text(F&& call) {
+  size_t len = 0;
+  const vq_status s = call(nullptr, 0, &len);
+  if (s != VQ_ERR_BUFFER_TOO_SMALL) check(s);
+  std::string text(len + 1, '\0');
+  check(call(text.data(), text.size(), &len));
+  text.resize(len);
+  return text;
+}
+
 using F32Array = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
 using AnyArray = nb::ndarray<nb::c_contig, nb::device::cpu>;
 
@@ -241,12 +254,10 @@ struct Model {
     return ids;
   }
   nb::bytes detokenize(const std::vector<int32_t>& ids, bool special) const {
-    size_t len = 0;
-    vq_status s = vq_detokenize(h, ids.data(), ids.size(), special, nullptr, 0, &len);
-    if (s != VQ_ERR_BUFFER_TOO_SMALL) check(s);
-    std::string text(len + 1, '\0');
-    check(vq_detokenize(h, ids.data(), ids.size(), special, text.data(), text.size(), &len));
-    return nb::bytes(text.data(), len);
+    const std::string text = sized_text([&](char* buf, size_t cap, size_t* len) {
+      return vq_detokenize(h, ids.data(), ids.size(), special, buf, cap, len);
+    });
+    return nb::bytes(text.data(), text.size());
   }
   bool is_eog(int32_t token) const { return vq_token_is_eog(h, token) != 0; }
   std::string chat_format(const std::vector<std::string>& roles, const std::vector<std::string>& contents,
@@ -258,13 +269,9 @@ struct Model {
       c.push_back(contents[i].c_str());
     }
     const char* t = tmpl ? tmpl->c_str() : nullptr;
-    size_t len = 0;
-    vq_status s = vq_chat_format(h, t, r.data(), c.data(), r.size(), add_generation_prompt, nullptr, 0, &len);
-    if (s != VQ_ERR_BUFFER_TOO_SMALL) check(s);
-    std::string text(len + 1, '\0');
-    check(vq_chat_format(h, t, r.data(), c.data(), r.size(), add_generation_prompt, text.data(), text.size(), &len));
-    text.resize(len);
-    return text;
+    return sized_text([&](char* buf, size_t cap, size_t* len) {
+      return vq_chat_format(h, t, r.data(), c.data(), r.size(), add_generation_prompt, buf, cap, len);
+    });
   }
   nb::dict perplexity(const std::string& text, const std::string& kv, std::optional<std::string> calib, int64_t ctx,
                       int64_t chunks, int32_t ubatch, std::optional<uint64_t> kv_budget) const {

@@ -183,13 +183,12 @@ class Model:
     def detokenize(self, ids: Sequence[int], special: bool = False) -> str:
         return self._m.detokenize([int(i) for i in ids], special).decode("utf-8", errors="replace")
 
-    def generate(self, prompt: str, *, kv: str = "fp16", max_tokens: int = 128, temperature: float = 0.0,
-                 top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int = 1234, ctx: int = 4096,
-                 kv_budget: int | None = None, calib: str | None = None) -> Iterator[str]:
+    def generate(self, prompt: str, **options) -> Iterator[str]:
         """Text pieces of a continuation of prompt, as `veloxquant generate` produces it (the same
-        tokens at the same options; temperature 0 is greedy), with the KV cache compressed by kv."""
-        ids = self.tokenize(prompt, add_special=True, parse_special=True)
-        return self._generate(ids, kv, max_tokens, temperature, top_k, top_p, min_p, seed, ctx, kv_budget, calib)
+        tokens at the same options; temperature 0 is greedy), with the KV cache compressed by kv.
+        Options: kv="fp16", max_tokens=128, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05,
+        seed=1234, ctx=4096, kv_budget=None, calib=None."""
+        return self._generate(self.tokenize(prompt, add_special=True, parse_special=True), **options)
 
     def chat(self, messages: Sequence[Mapping[str, str]], *, template: str | None = None, **options) -> Iterator[str]:
         """The assistant's reply to messages [{"role": ..., "content": ...}], in the model's chat
@@ -197,17 +196,11 @@ class Model:
         roles = [m["role"] for m in messages]
         contents = [m["content"] for m in messages]
         text = self._m.chat_format(roles, contents, template, True)
-        ids = self._m.tokenize(text, True, True)
-        o = {"kv": "fp16", "max_tokens": 128, "temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-             "seed": 1234, "ctx": 4096, "kv_budget": None, "calib": None}
-        unknown = set(options) - set(o)
-        if unknown:
-            raise TypeError(f"chat: unknown option(s) {', '.join(sorted(unknown))}")
-        o.update(options)
-        return self._generate(ids, o["kv"], o["max_tokens"], o["temperature"], o["top_k"], o["top_p"], o["min_p"],
-                              o["seed"], o["ctx"], o["kv_budget"], o["calib"])
+        return self._generate(self._m.tokenize(text, True, True), **options)
 
-    def _generate(self, ids, kv, max_tokens, temperature, top_k, top_p, min_p, seed, ctx, kv_budget, calib):
+    def _generate(self, ids, *, kv: str = "fp16", max_tokens: int = 128, temperature: float = 0.0, top_k: int = 40,
+                  top_p: float = 0.95, min_p: float = 0.05, seed: int = 1234, ctx: int = 4096,
+                  kv_budget: int | None = None, calib: str | None = None) -> Iterator[str]:
         # Checked and set up here, so that a bad option raises at the call, not at the first next().
         session = _core.Session(self._m, kv, calib, ctx, 512, kv_budget)
         sampler = _core.Sampler(temperature, top_k, top_p, min_p, seed)

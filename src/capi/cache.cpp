@@ -27,6 +27,18 @@ void check_kv_shape(const vq_cache* cache, int32_t layer, int64_t n_tokens, int3
            fmt::format("n_tokens {} is outside [0, {}]", n_tokens, kMaxTokensPerCall));
 }
 
+// The checks of both appends (cache, shape, then the arrays unless there are no tokens); false
+// when there is nothing to append.
+bool check_append(vq_cache* cache, int32_t layer, const void* k, const void* v, int64_t n_tokens, int32_t n_kv_heads,
+                  int32_t head_dim) {
+  require_ptr(cache, "cache");
+  check_kv_shape(cache, layer, n_tokens, n_kv_heads, head_dim);
+  if (n_tokens == 0) return false;
+  require_ptr(k, "k");
+  require_ptr(v, "v");
+  return true;
+}
+
 void append(vq_cache* cache, int32_t layer, const float* k, const float* v, int64_t n_tokens) {
   cache->cache->layer(size_t(layer)).append(k, v, int(n_tokens));
   cache->last_append[size_t(layer)] = n_tokens;
@@ -135,23 +147,14 @@ VQ_API vq_status vq_cache_shape(const vq_cache* cache, int32_t* n_layers, int32_
 VQ_API vq_status vq_cache_append_f32(vq_cache* cache, int32_t layer, const float* k, const float* v, int64_t n_tokens,
                                      int32_t n_kv_heads, int32_t head_dim) {
   return guard([&] {
-    require_ptr(cache, "cache");
-    check_kv_shape(cache, layer, n_tokens, n_kv_heads, head_dim);
-    if (n_tokens == 0) return;
-    require_ptr(k, "k");
-    require_ptr(v, "v");
-    append(cache, layer, k, v, n_tokens);
+    if (check_append(cache, layer, k, v, n_tokens, n_kv_heads, head_dim)) append(cache, layer, k, v, n_tokens);
   });
 }
 
 VQ_API vq_status vq_cache_append_f16(vq_cache* cache, int32_t layer, const uint16_t* k, const uint16_t* v,
                                      int64_t n_tokens, int32_t n_kv_heads, int32_t head_dim) {
   return guard([&] {
-    require_ptr(cache, "cache");
-    check_kv_shape(cache, layer, n_tokens, n_kv_heads, head_dim);
-    if (n_tokens == 0) return;
-    require_ptr(k, "k");
-    require_ptr(v, "v");
+    if (!check_append(cache, layer, k, v, n_tokens, n_kv_heads, head_dim)) return;
     const size_t n = size_t(n_tokens) * size_t(n_kv_heads) * size_t(head_dim);
     std::vector<float> kf(n), vf(n);
     vq::f16_to_f32(k, kf.data(), n);
