@@ -110,7 +110,8 @@ void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_to
   }
   // Each group of kQDotMaxTokens tokens' block scales, side by side (qdot_row's act_scales).
   const int64_t groups = (n_tok + kQDotMaxTokens - 1) / kQDotMaxTokens;
-  const int64_t table_floats = aq == ActQuant::kQ8_0 ? w.cols / 32 * kQDotMaxTokens : 0;
+  // (Not for one or two tokens, a decode step's matmul: the kernels do not read it there.)
+  const int64_t table_floats = aq == ActQuant::kQ8_0 && n_tok > 2 ? w.cols / 32 * kQDotMaxTokens : 0;
   thread_local std::vector<float> tables;
   tables.resize(size_t(table_floats * groups));
   float* table = tables.data();
