@@ -13,8 +13,8 @@
 namespace vq::engine {
 namespace {
 
-template <typename T>
-T* grown(std::vector<T>& v, size_t n) {
+template <typename T, typename A>
+T* grown(std::vector<T, A>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }

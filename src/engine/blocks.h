@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/core/aligned_buffer.h"
+
 #include "src/engine/hparams.h"
 #include "src/engine/matmul.h"
 #include "veloxquant/kv/cache.h"
@@ -34,7 +36,8 @@ struct LayerWeights {
 // qkv [n][(n_head + 2 n_head_kv) * head_dim]; g, u [n][n_ff] (g is [n][2 n_ff] for a fused gate_up).
 // attend: the scratch of the cache's attention, kept across layers and steps likewise.
 struct Activations {
-  std::vector<float> x, h, o, sa, q, k, v, att, qkv, g, u, rows;
+  // Aligned: the weight kernels stream rows against these, a cache line at a time.
+  AlignedVector<float> x, h, o, sa, q, k, v, att, qkv, g, u, rows;
   std::vector<int64_t> pos;
   kv::AttendWorkspace attend;
   void reserve(const ModelConfig& c, int n);

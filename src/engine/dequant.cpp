@@ -10,6 +10,7 @@
 #include "src/engine/quants.h"
 
 #include <cstring>
+#include <type_traits>
 
 HWY_BEFORE_NAMESPACE();
 namespace vq::engine {
@@ -208,37 +209,105 @@ bool DequantRow(uint32_t type, const uint8_t* src, float* y, int64_t n) {
 }
 
 // Dot products of one weight row with kTok activation rows, fused with dequantization: nothing
-// is written to memory. Two accumulators per token halve the FMA dependency chain.
+// is written to memory. Two accumulators per token halve the FMA dependency chain: chunks
+// alternate between them (even chunks into one, odd into the other). The alternation is a swap
+// of two registers after each chunk, not an index: an accumulator picked by a runtime flag lives
+// in memory, and each FMA then waits for the store of the one before (a third of the speed).
 template <int kTok>
 struct DotSink {
   const float* x;
   int64_t x_stride;
-  VF acc[kTok][2];
-  bool odd = false;
+  VF acc[kTok];
+  VF other[kTok];
   HWY_INLINE void operator()(int64_t off, VF v) {
-    for (int t = 0; t < kTok; ++t) acc[t][odd] = hn::MulAdd(v, hn::LoadU(DF(), x + t * x_stride + off), acc[t][odd]);
-    odd = !odd;
+    for (int t = 0; t < kTok; ++t) {
+      const VF next = hn::MulAdd(v, hn::LoadU(DF(), x + t * x_stride + off), acc[t]);
+      acc[t] = other[t];
+      other[t] = next;
+    }
   }
 };
 
 template <int kTok>
 HWY_INLINE bool DotRowT(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t x_stride, float* out,
                         int64_t out_stride) {
-  DotSink<kTok> sink{x, x_stride, {}, false};
-  for (int t = 0; t < kTok; ++t) sink.acc[t][0] = sink.acc[t][1] = hn::Zero(DF());
+  DotSink<kTok> sink{x, x_stride, {}, {}};
+  for (int t = 0; t < kTok; ++t) sink.acc[t] = sink.other[t] = hn::Zero(DF());
   if (!Dispatch(type, src, sink, n)) return false;
-  for (int t = 0; t < kTok; ++t) out[t * out_stride] = hn::GetLane(hn::SumOfLanes(DF(), hn::Add(sink.acc[t][0], sink.acc[t][1])));
+  // Which register holds the even chunks depends on their count; a sum of two is the same either way.
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = hn::GetLane(hn::SumOfLanes(DF(), hn::Add(sink.acc[t], sink.other[t])));
   return true;
+}
+
+// F16/BF16 rows (n a multiple of 32) against kTok activation rows: one accumulator per token over
+// the chunks in order, then the sum of its lanes, which is the arithmetic of the panel path's
+// DotTile (matmul.cpp) on the same values, so that a token's product does not depend on how many
+// tokens share the matmul. XT is float, or hwy::float16_t for activations held as fp16 (half the
+// bytes of a row's partner; the conversion is exact). The row is read in one forward stream with
+// nothing else in flight: a second stream, or software prefetches, measured slower.
+template <int kTok, typename XT>
+HWY_INLINE void DotHalfT(const uint8_t* src, int64_t n, bool bf16, const XT* x, int64_t x_stride, float* out,
+                         int64_t out_stride) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  VF acc[kTok];
+  for (int t = 0; t < kTok; ++t) acc[t] = hn::Zero(df);
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+  auto act = [&](int t, int64_t i) HWY_ATTR {
+    if constexpr (std::is_same_v<XT, float>) {
+      return hn::LoadU(df, x + t * x_stride + i);
+    } else {
+      return hn::PromoteTo(df, hn::LoadU(dh, x + t * x_stride + i));
+    }
+  };
+  if (bf16) {
+    for (int64_t i = 0; i < n; i += N) {
+      const VF w = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(d16, h + i))));
+      for (int t = 0; t < kTok; ++t) acc[t] = hn::MulAdd(w, act(t, i), acc[t]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; i += N) {
+      const VF w = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h + i)));
+      for (int t = 0; t < kTok; ++t) acc[t] = hn::MulAdd(w, act(t, i), acc[t]);
+    }
+  }
+  for (int t = 0; t < kTok; ++t) out[t * out_stride] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
+}
+
+template <int kTok>
+HWY_INLINE bool DotRowAny(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t x_stride, float* out,
+                          int64_t out_stride) {
+  const bool half = GgmlType(type) == GgmlType::kF16 || GgmlType(type) == GgmlType::kBF16;
+  if (half && n % 32 == 0) {
+    DotHalfT<kTok, float>(src, n, GgmlType(type) == GgmlType::kBF16, x, x_stride, out, out_stride);
+    return true;
+  }
+  return DotRowT<kTok>(type, src, n, x, x_stride, out, out_stride);
 }
 
 // out[t * out_stride] = dot(row, x_t) for t < n_tok (1..4).
 bool DotRow(uint32_t type, const uint8_t* src, int64_t n, const float* x, int64_t n_tok, float* out,
             int64_t out_stride) {
   switch (n_tok) {
-    case 1: return DotRowT<1>(type, src, n, x, n, out, out_stride);
-    case 2: return DotRowT<2>(type, src, n, x, n, out, out_stride);
-    case 3: return DotRowT<3>(type, src, n, x, n, out, out_stride);
-    case 4: return DotRowT<4>(type, src, n, x, n, out, out_stride);
+    case 1: return DotRowAny<1>(type, src, n, x, n, out, out_stride);
+    case 2: return DotRowAny<2>(type, src, n, x, n, out, out_stride);
+    case 3: return DotRowAny<3>(type, src, n, x, n, out, out_stride);
+    case 4: return DotRowAny<4>(type, src, n, x, n, out, out_stride);
+    default: return false;
+  }
+}
+
+// F16 rows against n_tok (1..4) activation rows held as fp16.
+bool DotRowF16(const uint8_t* src, int64_t n, const uint16_t* xh, int64_t n_tok, float* out, int64_t out_stride) {
+  if (n % 32 != 0) return false;
+  const hwy::float16_t* x = reinterpret_cast<const hwy::float16_t*>(xh);
+  switch (n_tok) {
+    case 1: DotHalfT<1>(src, n, false, x, n, out, out_stride); return true;
+    case 2: DotHalfT<2>(src, n, false, x, n, out, out_stride); return true;
+    case 3: DotHalfT<3>(src, n, false, x, n, out, out_stride); return true;
+    case 4: DotHalfT<4>(src, n, false, x, n, out, out_stride); return true;
     default: return false;
   }
 }
@@ -251,6 +320,11 @@ HWY_AFTER_NAMESPACE();
 namespace vq::engine {
 HWY_EXPORT(DequantRow);
 HWY_EXPORT(DotRow);
+HWY_EXPORT(DotRowF16);
+
+bool dot_row_f16(const uint8_t* src, int64_t n, const uint16_t* xh, int64_t n_tok, float* out, int64_t out_stride) {
+  return HWY_DYNAMIC_DISPATCH(DotRowF16)(src, n, xh, n_tok, out, out_stride);
+}
 
 bool dot_row_supported(uint32_t type, int64_t n, int64_t n_tok) {
   if (n_tok < 1 || n_tok > 4 || !is_supported_weight_type(type) || GgmlType(type) == GgmlType::kF32) return false;

@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "src/core/aligned_buffer.h"
+#include "src/core/fp16.h"
 #include "src/core/threads.h"
 #include "src/engine/dequant.h"
 #include "src/engine/qdot.h"
@@ -143,6 +145,30 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     matmul_quantized(w, aq, x, n_tok, y);
     return;
   }
+  // F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them:
+  // decode reads them as fp16 (half the bytes beside each streamed row); more tokens go through
+  // the panel below with the same rounded values, and both sum a (row, token) pair the same way.
+  if (GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0) {
+    const size_t len = size_t(n_tok) * size_t(w.cols);
+    thread_local AlignedVector<uint16_t> halves;
+    halves.resize(len);
+    f32_to_f16(x, halves.data(), len);
+    if (n_tok <= 4) {
+      const uint16_t* xh = halves.data();
+      const int64_t items = (w.rows + 15) / 16;
+      parallel_for(items, [&](int64_t item) {
+        const int64_t r_end = std::min(w.rows, (item + 1) * 16);
+        for (int64_t r = item * 16; r < r_end; ++r) {
+          dot_row_f16(w.data + size_t(r) * w.row_bytes, w.cols, xh, n_tok, y + r, w.rows);
+        }
+      });
+      return;
+    }
+    thread_local AlignedVector<float> rounded;
+    rounded.resize(len);
+    f16_to_f32(halves.data(), rounded.data(), len);
+    x = rounded.data();
+  }
   // Up to 4 tokens (decode): each weight row is used at most 4 times, so dequantize and dot in
   // one pass with nothing written to memory; the weights stream from DRAM once.
   if (dot_row_supported(w.type, w.cols, n_tok)) {
@@ -150,11 +176,6 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     parallel_for(items, [&](int64_t item) {
       const int64_t r_end = std::min(w.rows, (item + 1) * 16);
       for (int64_t r = item * 16; r < r_end; ++r) {
-        // The weights stream from memory once: ask for the rows ahead before they are needed.
-        if (r + 2 < w.rows) {
-          const uint8_t* ahead = w.data + size_t(r + 2) * w.row_bytes;
-          for (size_t o = 0; o < w.row_bytes; o += 64) __builtin_prefetch(ahead + o);
-        }
         dot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, x, n_tok, y + r, w.rows);
       }
     });
@@ -186,6 +207,10 @@ void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) 
       quantize_activations(aq, x + t * w.cols, w.cols, q.data());
       dequantize_activations(aq, q.data(), w.cols, xq.data() + t * w.cols);
     }
+  }
+  // F16 weights: the activations rounded to fp16 (matmul's rule).
+  if (GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0) {
+    for (float& v : xq) v = f16_to_f32(f32_to_f16(v));
   }
   x = xq.data();
   for (int64_t r = 0; r < w.rows; ++r) {

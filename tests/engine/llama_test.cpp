@@ -21,6 +21,7 @@ constexpr int E = 64, H = 4, HKV = 2, D = E / H, FF = 96, L = 2;
 struct Mat {
   int rows = 0, cols = 0;
   std::vector<float> w;  // as the engine sees them (after fp16 rounding for F16 tensors)
+  bool f16 = false;      // stored as F16: products take the activations rounded to fp16, as llama.cpp's do
 };
 
 struct Synthetic {
@@ -47,6 +48,7 @@ Mat random_mat(Rng& rng, int rows, int cols, bool f16, GgufWriter& w, const std:
   Mat m{rows, cols, std::vector<float>(size_t(rows) * cols)};
   const float s = 1.0f / std::sqrt(float(cols));
   for (auto& x : m.w) x = float(rng.normal()) * s;
+  m.f16 = f16;
   if (f16) {
     std::vector<uint8_t> b(m.w.size() * 2);
     for (size_t i = 0; i < m.w.size(); ++i) {
@@ -136,8 +138,12 @@ using Vec = std::vector<double>;
 
 Vec matvec(const Mat& m, const Vec& x) {
   Vec y(static_cast<size_t>(m.rows), 0.0);
+  Vec xr = x;
+  if (m.f16 && m.cols % 32 == 0) {
+    for (double& v : xr) v = f16_to_f32(f32_to_f16(float(v)));
+  }
   for (int r = 0; r < m.rows; ++r) {
-    for (int c = 0; c < m.cols; ++c) y[r] += double(m.w[size_t(r) * m.cols + c]) * x[c];
+    for (int c = 0; c < m.cols; ++c) y[r] += double(m.w[size_t(r) * m.cols + c]) * xr[c];
   }
   return y;
 }
@@ -235,7 +241,10 @@ void check(const std::string& arch, bool tied, int ubatch) {
       num = std::max(num, std::fabs(all[t * syn.vocab + i] - ref[t][i]));
       den = std::max(den, std::fabs(ref[t][i]));
     }
-    EXPECT_LT(num / den, 1e-4) << "position " << t;
+    // F16 products round their activations to fp16 in both, but a value the two compute a little
+    // differently can round to the neighbouring fp16 (2^-11 apart), and such differences grow
+    // through the layers: hence 1e-3 rather than the 1e-4 of float products alone.
+    EXPECT_LT(num / den, 1e-3) << "position " << t;
   }
 }
 

@@ -92,6 +92,39 @@ TEST(Matmul, EqualsReferenceForEveryType) {
   }
 }
 
+// Decode (up to 4 tokens: one pass per row) and prefill (a dequantized panel) take different paths
+// for F16, BF16 and F32 weights; a token's product must not depend on which, so that a sequence
+// batched with others generates what it generates alone.
+TEST(Matmul, FloatWeightsGiveATokenTheSameResultInAnyBatch) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
+    const int64_t rows = 37, cols = 512, n_tok = 9;
+    std::vector<uint8_t> data;
+    Rng rng(9);
+    if (t == GgmlType::kF32) {  // (random bytes would hold NaNs)
+      std::vector<float> f(size_t(rows * cols));
+      for (auto& v : f) v = float(rng.normal());
+      data.resize(f.size() * 4);
+      std::memcpy(data.data(), f.data(), data.size());
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        auto row = random_row(t, cols, uint64_t(r) * 5 + 1);
+        data.insert(data.end(), row.begin(), row.end());
+      }
+    }
+    const Weight w{uint32_t(t), rows, cols, data.data(), row_bytes(uint32_t(t), cols)};
+    std::vector<float> x(size_t(n_tok * cols)), all(size_t(n_tok * rows)), part(all.size());
+    for (auto& v : x) v = float(rng.normal());
+    matmul(w, x.data(), n_tok, all.data());
+    for (int64_t group : {1, 2, 4}) {
+      for (int64_t t0 = 0; t0 < n_tok; t0 += group) {
+        const int64_t n = std::min(group, n_tok - t0);
+        matmul(w, x.data() + t0 * cols, n, part.data() + t0 * rows);
+      }
+      EXPECT_EQ(all, part) << ggml_type_info(uint32_t(t))->name << " in groups of " << group;
+    }
+  }
+}
+
 TEST(Matmul, SameResultAtAnyThreadCount) {
   const int64_t rows = 300, cols = 256, n_tok = 7;
   auto data = random_row(GgmlType::kQ4_K, rows * cols, 3);
