@@ -11,6 +11,15 @@ reports a median over its own --reps / -r repetitions; this script prints each r
 
   python3 bench/vs_llamacpp.py -m /work/bench-models/llama3-8b-shape-8l-q4_k_m.gguf --rounds 4 \
       --wait-idle 240 --out /work/bench-models/vs_llamacpp
+
+Decode at depth, with compressed caches on both sides: --depth D fills D tokens first (ours
+`bench --depths D`, llama-bench `-d D`); --kv SPEC (repeatable) runs ours once per cache method and
+--ctk TYPES (comma separated) runs llama.cpp once per cache type (the same type for keys and values,
+flash attention on, as llama.cpp's quantized V cache needs); -p 0 skips the prefill figure. Every
+ours/llama.cpp pair gets its same-round ratio.
+
+  python3 bench/vs_llamacpp.py -m llama3-8b-attn-4l-f16.gguf --depth 16384 -p 0 -n 32 --reps 1 \
+      --rounds 2 --fa 1 --kv fp16 --kv kivi:kbits=2,vbits=2 --ctk f16,q4_0,turbo3 --out vs-d16k
 """
 import argparse
 import json
@@ -71,17 +80,28 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=0, help="tokens in the cache before the decode figure")
+    ap.add_argument("--kv", action="append", help="our cache method (repeatable; default fp16)")
+    ap.add_argument("--ctk", default="f16", help="llama.cpp cache types, comma separated (keys and values)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--clean", type=float, default=0.05, help="others' CPU share under which a round pair counts as clean")
     ap.add_argument("--wait-idle", type=float, default=0, help="before each run wait up to this many s for an idle machine")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    t, p, n, r = str(a.threads), str(a.p), str(a.n), str(a.reps)
-    cont = {"ours": [a.vq, "bench", "-m", a.model, "--kv", "fp16", "-p", p, "-n", n, "--reps", r,
-                     "--depths", "0", "-t", t, "--json"]}
+    t, p, n, r, d = str(a.threads), str(a.p), str(a.n), str(a.reps), str(a.depth)
+    kvs = a.kv or ["fp16"]
+    cont = {}
+    for kv in kvs:
+        # ours needs a prompt of at least one token for its (then unused) prefill figure
+        cont["ours" if kvs == ["fp16"] else f"ours {kv}"] = [
+            a.vq, "bench", "-m", a.model, "--kv", kv, "-p", str(max(1, a.p)), "-n", n, "--reps", r,
+            "--depths", d, "-t", t, "--json"]
+    types = a.ctk.split(",")
     for fa in a.fa.split(","):
-        cont[f"llama.cpp fa{fa}"] = [a.llama_bench, "-m", a.model, "-t", t, "-p", p, "-n", n, "-r", r,
-                                     "-fa", fa, "-o", "json"]
+        for ct in types:
+            name = f"llama.cpp fa{fa}" + ("" if types == ["f16"] else f" {ct}")
+            cont[name] = [a.llama_bench, "-m", a.model, "-t", t, "-p", p, "-n", n, "-r", r, "-fa", fa,
+                          "-d", d, "-ctk", ct, "-ctv", ct, "-o", "json"]
     runs = []
     for rnd in range(a.rounds):
         for name, cmd in cont.items():
@@ -94,18 +114,20 @@ def main():
             tag = f"r{rnd}_" + name.replace(" ", "_").replace(".", "")
             out, rss, wall, others = timed(cmd, tag, a.out)
             j = json.loads(out)
-            if name == "ours":
+            if name.startswith("ours"):
                 res = j["results"][0]
                 pp, tg = res["prefill_tps"], res["decode"][0]["tps"]
                 pp_mm = (res["prefill_tps_min"], res["prefill_tps_max"])
                 tg_mm = (res["decode"][0]["tps_min"], res["decode"][0]["tps_max"])
             else:
-                pr = next(x for x in j if x["n_gen"] == 0)
                 gr = next(x for x in j if x["n_prompt"] == 0)
-                pp, tg = statistics.median(pr["samples_ts"]), statistics.median(gr["samples_ts"])
-                pp_mm = (min(pr["samples_ts"]), max(pr["samples_ts"]))
-                tg_mm = (min(gr["samples_ts"]), max(gr["samples_ts"]))
-            run = dict(round=rnd, name=name, prefill=pp, prefill_minmax=pp_mm, decode=tg, decode_minmax=tg_mm,
+                tg, tg_mm = statistics.median(gr["samples_ts"]), (min(gr["samples_ts"]), max(gr["samples_ts"]))
+                pr = next((x for x in j if x["n_gen"] == 0), None)
+                pp, pp_mm = (statistics.median(pr["samples_ts"]), (min(pr["samples_ts"]), max(pr["samples_ts"]))) \
+                    if pr else (float("nan"), (float("nan"), float("nan")))
+            if a.p == 0:
+                pp, pp_mm = float("nan"), (float("nan"), float("nan"))
+            run = dict(round=rnd, name=name, depth=a.depth, prefill=pp, prefill_minmax=pp_mm, decode=tg, decode_minmax=tg_mm,
                        rss_mib=rss, wall_s=wall, others_cpu=others, uptime=load, busiest=busy, cmd=" ".join(cmd))
             runs.append(run)
             print(f"round {rnd} {name:16s} prefill {pp:7.2f} [{pp_mm[0]:.2f}, {pp_mm[1]:.2f}]  decode {tg:6.2f} "
@@ -123,15 +145,16 @@ def main():
         for rs in ([every, clean] if 0 < len(clean) < len(every) else [every]):
                 print(f"{name:16s} n={len(rs)} prefill {mmm([x['prefill'] for x in rs])}  decode "
                       f"{mmm([x['decode'] for x in rs])}  RSS {mmm([x['rss_mib'] for x in rs])} MiB")
-    ours = {x["round"]: x for x in runs if x["name"] == "ours"}
-    for name in list(cont)[1:]:
-        rs = [x for x in runs if x["name"] == name]
-        clean = [x for x in rs if max(x["others_cpu"], ours[x["round"]]["others_cpu"]) < a.clean]
-        for k in ("prefill", "decode"):
-            line = f"ours/{name} {k:8s} ratio (same round) {mmm([ours[x['round']][k] / x[k] for x in rs])}"
-            if clean:
-                line += f"   clean rounds only ({len(clean)}): {mmm([ours[x['round']][k] / x[k] for x in clean])}"
-            print(line)
+    for mine in [c for c in cont if c.startswith("ours")]:
+        ours = {x["round"]: x for x in runs if x["name"] == mine}
+        for name in [c for c in cont if not c.startswith("ours")]:
+            rs = [x for x in runs if x["name"] == name]
+            clean = [x for x in rs if max(x["others_cpu"], ours[x["round"]]["others_cpu"]) < a.clean]
+            for k in ("prefill", "decode") if a.p > 0 else ("decode",):
+                line = f"{mine}/{name} {k:8s} ratio (same round) {mmm([ours[x['round']][k] / x[k] for x in rs])}"
+                if clean:
+                    line += f"   clean rounds only ({len(clean)}): {mmm([ours[x['round']][k] / x[k] for x in clean])}"
+                print(line)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ void parallel_for(int64_t n, Fn&& fn, int64_t chunk = 0) {
   {
     flush_denormals();
     const int64_t step = chunk > 0 ? chunk : std::max<int64_t>(1, n / (16 * int64_t(omp_get_num_threads())));
-#pragma omp for schedule(dynamic, step)
+#pragma omp for schedule(dynamic, step) nowait  // (the region's end is the one barrier needed)
     for (int64_t i = 0; i < n; ++i) {
       if (failed.load(std::memory_order_relaxed)) continue;
       try {

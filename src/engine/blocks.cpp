@@ -78,9 +78,7 @@ void attention(const ModelConfig& c, const LayerWeights& L, int l, const CacheBa
     copy_columns(qkv, n, QD + 2 * KD, QD, KD, k);
     copy_columns(qkv, n, QD + 2 * KD, QD + KD, KD, v);
   } else {
-    matmul(L.wq, a.h.data(), n, q);
-    matmul(L.wk, a.h.data(), n, k);
-    matmul(L.wv, a.h.data(), n, v);
+    matmul_shared({{&L.wq, q}, {&L.wk, k}, {&L.wv, v}}, a.h.data(), n);
     add_bias(q, L.bq, n, QD);
     add_bias(k, L.bk, n, KD);
     add_bias(v, L.bv, n, KD);
@@ -119,8 +117,7 @@ void feed_forward(const ModelConfig& c, const LayerWeights& L, int n, Activation
     matmul(L.down, u, n, a.o.data());
     return;
   }
-  matmul(L.gate, a.h.data(), n, g);
-  matmul(L.up, a.h.data(), n, u);
+  matmul_shared({{&L.gate, g}, {&L.up, u}}, a.h.data(), n);
   parallel_for(n, [&](int64_t i) { act(g + i * F, u + i * F, F, g + i * F); });
   matmul(L.down, g, n, a.o.data());
 }

@@ -97,45 +97,88 @@ constexpr int kPanelRows = 16;
 // streams each row from memory once for all tokens; prefill takes items of 16 rows and runs groups
 // of kQDotMaxTokens tokens over each, so that the group's activations stay in L1 while the item's
 // rows come from L2.
-void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_tok, float* y) {
-  const size_t stride = act_row_bytes(aq, w.cols);
-  // The calling thread's buffer; the lambdas take its address, since a thread_local named inside
-  // them would be each worker's own.
+// The input of a quantized product, prepared once for every matrix that reads it.
+struct QuantizedInput {
+  const uint8_t* acts = nullptr;
+  size_t stride = 0;
+  const float* table = nullptr;  // each group of kQDotMaxTokens tokens' block scales (qdot_row's act_scales)
+  int64_t table_floats = 0;
+};
+
+QuantizedInput quantize_input(ActQuant aq, const float* x, int64_t cols, int64_t n_tok) {
+  QuantizedInput in;
+  in.stride = act_row_bytes(aq, cols);
+  // The calling thread's buffers; the lambdas take their addresses, since a thread_local named
+  // inside them would be each worker's own.
   thread_local std::vector<uint8_t> buffer;
-  buffer.resize(stride * size_t(n_tok));
+  buffer.resize(in.stride * size_t(n_tok));
   uint8_t* acts = buffer.data();
-  auto quantize = [&](int64_t t) { quantize_activations(aq, x + t * w.cols, w.cols, acts + size_t(t) * stride); };
+  auto quantize = [&](int64_t t) { quantize_activations(aq, x + t * cols, cols, acts + size_t(t) * in.stride); };
   if (n_tok >= 16) {
     parallel_for(n_tok, quantize);
   } else {
     for (int64_t t = 0; t < n_tok; ++t) quantize(t);
   }
-  // Each group of kQDotMaxTokens tokens' block scales, side by side (qdot_row's act_scales).
+  in.acts = acts;
   const int64_t groups = (n_tok + kQDotMaxTokens - 1) / kQDotMaxTokens;
   // (Not for one or two tokens, a decode step's matmul: the kernels do not read it there.)
-  const int64_t table_floats = aq == ActQuant::kQ8_0 && n_tok > 2 ? w.cols / 32 * kQDotMaxTokens : 0;
+  in.table_floats = aq == ActQuant::kQ8_0 && n_tok > 2 ? cols / 32 * kQDotMaxTokens : 0;
   thread_local std::vector<float> tables;
-  tables.resize(size_t(table_floats * groups));
-  float* table = tables.data();
-  if (table_floats > 0) {
+  tables.resize(size_t(in.table_floats * groups));
+  if (in.table_floats > 0) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t t0 = g * kQDotMaxTokens;
-      act_scale_table(acts + size_t(t0) * stride, stride, int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0)), w.cols,
-                      table + g * table_floats);
+      act_scale_table(acts + size_t(t0) * in.stride, in.stride, int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0)),
+                      cols, tables.data() + g * in.table_floats);
     }
   }
-  const int64_t items = (w.rows + 15) / 16;
-  parallel_for(items, [&](int64_t item) {
-    const int64_t r0 = item * 16, r_end = std::min(w.rows, r0 + 16);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += kQDotMaxTokens) {
-      const int n = int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0));
-      const float* scales = table_floats > 0 ? table + t0 / kQDotMaxTokens * table_floats : nullptr;
-      for (int64_t r = r0; r < r_end; ++r) {
-        qdot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, acts + size_t(t0) * stride, stride, n,
-                 y + t0 * w.rows + r, w.rows, scales);
-      }
+  in.table = tables.data();
+  return in;
+}
+
+constexpr int64_t kItemRows = 16;
+int64_t items_of(const Weight& w) { return (w.rows + kItemRows - 1) / kItemRows; }
+
+// Rows [16 item, 16 item + 16) of w times every token: decode (up to kQDotMaxTokens tokens, a step
+// of as many sequences) streams each row from memory once for all tokens; prefill runs groups of
+// kQDotMaxTokens tokens over the item, so that the group's activations stay in L1 while the item's
+// rows come from L2.
+void quantized_item(const Weight& w, const QuantizedInput& in, int64_t n_tok, int64_t item, float* y) {
+  const int64_t r0 = item * kItemRows, r_end = std::min(w.rows, r0 + kItemRows);
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kQDotMaxTokens) {
+    const int n = int(std::min<int64_t>(kQDotMaxTokens, n_tok - t0));
+    const float* scales = in.table_floats > 0 ? in.table + t0 / kQDotMaxTokens * in.table_floats : nullptr;
+    for (int64_t r = r0; r < r_end; ++r) {
+      qdot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, in.acts + size_t(t0) * in.stride, in.stride, n,
+               y + t0 * w.rows + r, w.rows, scales);
     }
-  });
+  }
+}
+
+// Weights with an integer kernel (qdot.h): the activations are quantized once, then every row
+// meets them in byte products.
+void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_tok, float* y) {
+  const QuantizedInput in = quantize_input(aq, x, w.cols, n_tok);
+  parallel_for(items_of(w), [&](int64_t item) { quantized_item(w, in, n_tok, item, y); });
+}
+
+// F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them: decode
+// (up to 4 tokens) reads them as fp16, half the bytes beside each streamed row; more tokens go
+// through the panel with the same rounded values, and both sum a (row, token) pair the same way.
+bool f16_rows(const Weight& w) { return GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0; }
+
+const uint16_t* half_input(const float* x, size_t len) {
+  thread_local AlignedVector<uint16_t> halves;
+  halves.resize(len);
+  f32_to_f16(x, halves.data(), len);
+  return halves.data();
+}
+
+void f16_item(const Weight& w, const uint16_t* xh, int64_t n_tok, int64_t item, float* y) {
+  const int64_t r_end = std::min(w.rows, (item + 1) * kItemRows);
+  for (int64_t r = item * kItemRows; r < r_end; ++r) {
+    dot_row_f16(w.data + size_t(r) * w.row_bytes, w.cols, xh, n_tok, y + r, w.rows);
+  }
 }
 
 }  // namespace
@@ -145,28 +188,16 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     matmul_quantized(w, aq, x, n_tok, y);
     return;
   }
-  // F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them:
-  // decode reads them as fp16 (half the bytes beside each streamed row); more tokens go through
-  // the panel below with the same rounded values, and both sum a (row, token) pair the same way.
-  if (GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0) {
+  if (f16_rows(w)) {
     const size_t len = size_t(n_tok) * size_t(w.cols);
-    thread_local AlignedVector<uint16_t> halves;
-    halves.resize(len);
-    f32_to_f16(x, halves.data(), len);
+    const uint16_t* xh = half_input(x, len);
     if (n_tok <= 4) {
-      const uint16_t* xh = halves.data();
-      const int64_t items = (w.rows + 15) / 16;
-      parallel_for(items, [&](int64_t item) {
-        const int64_t r_end = std::min(w.rows, (item + 1) * 16);
-        for (int64_t r = item * 16; r < r_end; ++r) {
-          dot_row_f16(w.data + size_t(r) * w.row_bytes, w.cols, xh, n_tok, y + r, w.rows);
-        }
-      });
+      parallel_for(items_of(w), [&](int64_t item) { f16_item(w, xh, n_tok, item, y); });
       return;
     }
     thread_local AlignedVector<float> rounded;
     rounded.resize(len);
-    f16_to_f32(halves.data(), rounded.data(), len);
+    f16_to_f32(xh, rounded.data(), len);
     x = rounded.data();
   }
   // Up to 4 tokens (decode): each weight row is used at most 4 times, so dequantize and dot in
@@ -195,6 +226,42 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     }
     HWY_DYNAMIC_DISPATCH(PanelTimesTokens)(panel.data(), n, w.cols, x, n_tok, y + r0, w.rows);
   });
+}
+
+void matmul_shared(std::initializer_list<MatmulOut> outs, const float* x, int64_t n_tok) {
+  const MatmulOut* o = outs.begin();
+  const size_t k = outs.size();
+  const ActQuant aq = act_quant_for(o[0].w->type);
+  bool quantized = aq != ActQuant::kNone, f16 = n_tok <= 4 && f16_rows(*o[0].w);
+  for (size_t i = 0; i < k; ++i) {
+    quantized = quantized && act_quant_for(o[i].w->type) == aq && o[i].w->cols == o[0].w->cols;
+    f16 = f16 && f16_rows(*o[i].w) && o[i].w->cols == o[0].w->cols;
+  }
+  if ((!quantized && !f16) || k > 8) {
+    for (const MatmulOut& m : outs) matmul(*m.w, x, n_tok, m.y);
+    return;
+  }
+  // The passes' items one after another: first[i] is matrix i's first.
+  int64_t first[9] = {0};
+  for (size_t i = 0; i < k; ++i) first[i + 1] = first[i] + items_of(*o[i].w);
+  auto owner = [&](int64_t item) {
+    size_t i = 0;
+    while (item >= first[i + 1]) ++i;
+    return i;
+  };
+  if (quantized) {
+    const QuantizedInput in = quantize_input(aq, x, o[0].w->cols, n_tok);
+    parallel_for(first[k], [&](int64_t item) {
+      const size_t i = owner(item);
+      quantized_item(*o[i].w, in, n_tok, item - first[i], o[i].y);
+    });
+  } else {
+    const uint16_t* xh = half_input(x, size_t(n_tok) * size_t(o[0].w->cols));
+    parallel_for(first[k], [&](int64_t item) {
+      const size_t i = owner(item);
+      f16_item(*o[i].w, xh, n_tok, item - first[i], o[i].y);
+    });
+  }
 }
 
 void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) {

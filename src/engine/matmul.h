@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace vq::engine {
 
@@ -18,6 +19,15 @@ struct Weight {
 
 // x: [n_tok][cols], y: [n_tok][rows]. Same result at any thread count.
 void matmul(const Weight& w, const float* x, int64_t n_tok, float* y);
+
+// Several matrices times the same x (Q, K and V; gate and up): the results of matmul on each,
+// with x prepared once (quantized, or rounded to fp16) and one parallel pass over all their rows
+// instead of a fork and a join per matrix, of which a decode step has several per layer.
+struct MatmulOut {
+  const Weight* w;
+  float* y;
+};
+void matmul_shared(std::initializer_list<MatmulOut> outs, const float* x, int64_t n_tok);
 
 // Plain reference: scalar dequantization, double accumulation, with x quantized and read back
 // first where matmul quantizes it.
