@@ -189,28 +189,23 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     return;
   }
   if (f16_rows(w)) {
-    const size_t len = size_t(n_tok) * size_t(w.cols);
-    const uint16_t* xh = half_input(x, len);
     if (n_tok <= 4) {
+      const uint16_t* xh = half_input(x, size_t(n_tok) * size_t(w.cols));
       parallel_for(items_of(w), [&](int64_t item) { f16_item(w, xh, n_tok, item, y); });
       return;
     }
+    // Rounded token by token on every thread (a serial pass over a prompt's activations left the
+    // other threads waiting for several percent of prefill).
     thread_local AlignedVector<float> rounded;
-    rounded.resize(len);
-    f16_to_f32(xh, rounded.data(), len);
-    x = rounded.data();
-  }
-  // Up to 4 tokens (decode): each weight row is used at most 4 times, so dequantize and dot in
-  // one pass with nothing written to memory; the weights stream from DRAM once.
-  if (dot_row_supported(w.type, w.cols, n_tok)) {
-    const int64_t items = (w.rows + 15) / 16;
-    parallel_for(items, [&](int64_t item) {
-      const int64_t r_end = std::min(w.rows, (item + 1) * 16);
-      for (int64_t r = item * 16; r < r_end; ++r) {
-        dot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, x, n_tok, y + r, w.rows);
-      }
+    rounded.resize(size_t(n_tok) * size_t(w.cols));
+    float* out = rounded.data();
+    parallel_for(n_tok, [&](int64_t t) {
+      thread_local AlignedVector<uint16_t> row;  // each worker's own
+      row.resize(size_t(w.cols));
+      f32_to_f16(x + t * w.cols, row.data(), size_t(w.cols));
+      f16_to_f32(row.data(), out + t * w.cols, size_t(w.cols));
     });
-    return;
+    x = out;
   }
   // Few tokens: a small panel that stays in L1 (each dequantized row is used only n_tok times);
   // many tokens: a taller panel amortizes x's loads over more rows.
