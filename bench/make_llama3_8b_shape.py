@@ -12,10 +12,10 @@ The attention-shaped file of the KV-cache benchmarks keeps Llama-3-8B's attentio
 d 4096) but makes everything else small, so that at depth the cache, not the weights, dominates a
 decode step: --ffn 256 and --byte-vocab (a 259-token SentencePiece vocabulary: <unk>, <s>, </s> and
 the 256 byte tokens <0x00>..<0xFF>, which both engines tokenize by byte fallback), about 0.35 GB for
-4 layers.
+4 layers, with Llama 3.1's context of 131072 for decode at depth.
 
   python3 bench/make_llama3_8b_shape.py --layers 8 -o /work/bench-models/llama3-8b-shape-8l-f16.gguf
-  python3 bench/make_llama3_8b_shape.py --layers 4 --ffn 256 --byte-vocab -o llama3-8b-attn-4l-f16.gguf
+  python3 bench/make_llama3_8b_shape.py --layers 4 --ffn 256 --byte-vocab --ctx 131072 -o llama3-8b-attn-4l-f16.gguf
   llama-quantize IN.gguf OUT-q4_k_m.gguf Q4_K_M 2
 """
 import argparse
@@ -81,6 +81,7 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--ctx", type=int, default=8192, help="context length (Llama 3.1: 131072)")
     ap.add_argument("--ffn", type=int, default=FF, help="feed-forward width (Llama-3-8B: 14336)")
     ap.add_argument("--byte-vocab", action="store_true", help="a 259-token byte vocabulary instead of Llama 3's")
     ap.add_argument("--vocab", default=os.path.join(here, "../tests/data/vocab/ggml-vocab-llama-bpe.gguf.gz"))
@@ -92,7 +93,7 @@ def main():
     w = gguf.GGUFWriter(a.out, "llama")
     w.add_name(f"llama3-8b-shape-{a.layers}l-random")
     w.add_block_count(a.layers)
-    w.add_context_length(8192)
+    w.add_context_length(a.ctx)
     w.add_embedding_length(D)
     w.add_feed_forward_length(ff)
     w.add_head_count(NH)

@@ -1,7 +1,8 @@
 // Matrix products against stored weights: y[t][r] = sum_c W[r][c] * x[t][c]. Weights stay in
 // their file type. Types with an integer kernel (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) quantize x
 // to 8 bits per element first, as llama.cpp does, and multiply bytes (qdot.h); the others (F16,
-// BF16, F32, Q4_1, Q5_1) dequantize a panel of rows into L1/L2 once per call and multiply floats.
+// BF16, F32, Q4_1, Q5_1) multiply floats: decode streams each row once, prefill dequantizes a panel
+// of rows into L1/L2 once per call. F16 rows meet x rounded to fp16, as llama.cpp's F16 products do.
 #pragma once
 
 #include <cstddef>
