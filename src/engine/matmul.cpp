@@ -93,11 +93,8 @@ namespace {
 constexpr int kPanelRows = 16;
 
 // Weights with an integer kernel (qdot.h): the activations are quantized once, then every row
-// meets them in byte products. Decode (up to kQDotMaxTokens tokens: a step of as many sequences)
-// streams each row from memory once for all tokens; prefill takes items of 16 rows and runs groups
-// of kQDotMaxTokens tokens over each, so that the group's activations stay in L1 while the item's
-// rows come from L2.
-// The input of a quantized product, prepared once for every matrix that reads it.
+// meets them in byte products. The input of such a product, prepared once for every matrix that
+// reads it:
 struct QuantizedInput {
   const uint8_t* acts = nullptr;
   size_t stride = 0;
@@ -155,13 +152,6 @@ void quantized_item(const Weight& w, const QuantizedInput& in, int64_t n_tok, in
   }
 }
 
-// Weights with an integer kernel (qdot.h): the activations are quantized once, then every row
-// meets them in byte products.
-void matmul_quantized(const Weight& w, ActQuant aq, const float* x, int64_t n_tok, float* y) {
-  const QuantizedInput in = quantize_input(aq, x, w.cols, n_tok);
-  parallel_for(items_of(w), [&](int64_t item) { quantized_item(w, in, n_tok, item, y); });
-}
-
 // F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them: decode
 // (up to 4 tokens) reads them as fp16, half the bytes beside each streamed row; more tokens go
 // through the panel with the same rounded values, and both sum a (row, token) pair the same way.
@@ -181,19 +171,59 @@ void f16_item(const Weight& w, const uint16_t* xh, int64_t n_tok, int64_t item, 
   }
 }
 
+// The products of one or more matrices with the same x in one parallel pass over all their rows,
+// x prepared once: quantized weights sharing an activation format (any number of tokens), or F16
+// rows at decode. False, with nothing done, for any other mix.
+bool matmul_in_one_pass(std::initializer_list<MatmulOut> outs, const float* x, int64_t n_tok) {
+  const MatmulOut* o = outs.begin();
+  const size_t k = outs.size();
+  const ActQuant aq = act_quant_for(o[0].w->type);
+  bool quantized = aq != ActQuant::kNone, f16 = n_tok <= 4 && f16_rows(*o[0].w);
+  for (size_t i = 0; i < k; ++i) {
+    quantized = quantized && act_quant_for(o[i].w->type) == aq && o[i].w->cols == o[0].w->cols;
+    f16 = f16 && f16_rows(*o[i].w) && o[i].w->cols == o[0].w->cols;
+  }
+  if ((!quantized && !f16) || k > 8) return false;
+  // The matrices' items one after another: first[i] is matrix i's first.
+  int64_t first[9] = {0};
+  for (size_t i = 0; i < k; ++i) first[i + 1] = first[i] + items_of(*o[i].w);
+  auto owner = [&](int64_t item) {
+    size_t i = 0;
+    while (item >= first[i + 1]) ++i;
+    return i;
+  };
+  if (quantized) {
+    const QuantizedInput in = quantize_input(aq, x, o[0].w->cols, n_tok);
+    parallel_for(first[k], [&](int64_t item) {
+      const size_t i = owner(item);
+      quantized_item(*o[i].w, in, n_tok, item - first[i], o[i].y);
+    });
+  } else {
+    const uint16_t* xh = half_input(x, size_t(n_tok) * size_t(o[0].w->cols));
+    parallel_for(first[k], [&](int64_t item) {
+      const size_t i = owner(item);
+      f16_item(*o[i].w, xh, n_tok, item - first[i], o[i].y);
+    });
+  }
+  return true;
+}
+
 }  // namespace
 
 void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
-  if (const ActQuant aq = act_quant_for(w.type); aq != ActQuant::kNone) {
-    matmul_quantized(w, aq, x, n_tok, y);
+  if (matmul_in_one_pass({{&w, y}}, x, n_tok)) return;
+  // Up to 4 tokens of the other float-product types (BF16, Q4_1, Q5_1): dequantize and dot in one
+  // pass with nothing written to memory; the weights stream from DRAM once.
+  if (!f16_rows(w) && dot_row_supported(w.type, w.cols, n_tok)) {
+    parallel_for(items_of(w), [&](int64_t item) {
+      const int64_t r_end = std::min(w.rows, (item + 1) * kItemRows);
+      for (int64_t r = item * kItemRows; r < r_end; ++r) {
+        dot_row(w.type, w.data + size_t(r) * w.row_bytes, w.cols, x, n_tok, y + r, w.rows);
+      }
+    });
     return;
   }
   if (f16_rows(w)) {
-    if (n_tok <= 4) {
-      const uint16_t* xh = half_input(x, size_t(n_tok) * size_t(w.cols));
-      parallel_for(items_of(w), [&](int64_t item) { f16_item(w, xh, n_tok, item, y); });
-      return;
-    }
     // Rounded token by token on every thread (a serial pass over a prompt's activations left the
     // other threads waiting for several percent of prefill).
     thread_local AlignedVector<float> rounded;
@@ -224,39 +254,8 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
 }
 
 void matmul_shared(std::initializer_list<MatmulOut> outs, const float* x, int64_t n_tok) {
-  const MatmulOut* o = outs.begin();
-  const size_t k = outs.size();
-  const ActQuant aq = act_quant_for(o[0].w->type);
-  bool quantized = aq != ActQuant::kNone, f16 = n_tok <= 4 && f16_rows(*o[0].w);
-  for (size_t i = 0; i < k; ++i) {
-    quantized = quantized && act_quant_for(o[i].w->type) == aq && o[i].w->cols == o[0].w->cols;
-    f16 = f16 && f16_rows(*o[i].w) && o[i].w->cols == o[0].w->cols;
-  }
-  if ((!quantized && !f16) || k > 8) {
-    for (const MatmulOut& m : outs) matmul(*m.w, x, n_tok, m.y);
-    return;
-  }
-  // The passes' items one after another: first[i] is matrix i's first.
-  int64_t first[9] = {0};
-  for (size_t i = 0; i < k; ++i) first[i + 1] = first[i] + items_of(*o[i].w);
-  auto owner = [&](int64_t item) {
-    size_t i = 0;
-    while (item >= first[i + 1]) ++i;
-    return i;
-  };
-  if (quantized) {
-    const QuantizedInput in = quantize_input(aq, x, o[0].w->cols, n_tok);
-    parallel_for(first[k], [&](int64_t item) {
-      const size_t i = owner(item);
-      quantized_item(*o[i].w, in, n_tok, item - first[i], o[i].y);
-    });
-  } else {
-    const uint16_t* xh = half_input(x, size_t(n_tok) * size_t(o[0].w->cols));
-    parallel_for(first[k], [&](int64_t item) {
-      const size_t i = owner(item);
-      f16_item(*o[i].w, xh, n_tok, item - first[i], o[i].y);
-    });
-  }
+  if (matmul_in_one_pass(outs, x, n_tok)) return;
+  for (const MatmulOut& m : outs) matmul(*m.w, x, n_tok, m.y);
 }
 
 void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) {
@@ -271,7 +270,7 @@ void matmul_reference(const Weight& w, const float* x, int64_t n_tok, float* y) 
     }
   }
   // F16 weights: the activations rounded to fp16 (matmul's rule).
-  if (GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0) {
+  if (f16_rows(w)) {
     for (float& v : xq) v = f16_to_f32(f32_to_f16(v));
   }
   x = xq.data();
