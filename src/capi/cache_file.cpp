@@ -14,7 +14,7 @@ using namespace vq::capi;
 namespace {
 
 constexpr char kMagic[9] = "VQKVCACH";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: QJL keys with outlier channels keep tokens in lanes
 
 vq::kv::RopeSpec::Style rope_style(vq::ByteReader& r) {
   const int64_t s = r.i64_in("rope style", 0, 2);

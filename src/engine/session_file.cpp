@@ -13,17 +13,18 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 9;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
-                                  // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h);
-                                  // 5: RaBitQ stores one factor per token (TurboQuant's rows and lanes),
-                                  //    QJL keys without outlier channels keep tokens in lanes;
-                                  // 6: KIVI's 2/4-bit key codes sit in byte fields and its values
-                                  //    keep channels in lanes (kivi_lanes.h);
-                                  // 7: one-bit TurboQuant-MSE and RaBitQ values keep a plane of
-                                  //    token bits per channel (turbo_sign_lanes.h);
-                                  // 8: TurboQuant's fractional split keeps each part as blocks of
-                                  //    its own codec after the group's mask (turbo_split.cpp);
-                                  // 9: TurboQuant-Prod blocks are two lane parts, codes and signs
+constexpr uint32_t kVersion = 10;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
+                                   // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h);
+                                   // 5: RaBitQ stores one factor per token (TurboQuant's rows and lanes),
+                                   //    QJL keys without outlier channels keep tokens in lanes;
+                                   // 6: KIVI's 2/4-bit key codes sit in byte fields and its values
+                                   //    keep channels in lanes (kivi_lanes.h);
+                                   // 7: one-bit TurboQuant-MSE and RaBitQ values keep a plane of
+                                   //    token bits per channel (turbo_sign_lanes.h);
+                                   // 8: TurboQuant's fractional split keeps each part as blocks of
+                                   //    its own codec after the group's mask (turbo_split.cpp);
+                                   // 9: TurboQuant-Prod blocks are two lane parts, codes and signs;
+                                   // 10: QJL keys with outlier channels keep tokens in lanes
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

@@ -30,6 +30,9 @@ TEST(Method_qjl, FusedEqualsReference) {
   }
   check_qjl("qjl:m=64,outliers=3", {96}, 96);
   check_qjl("qjl:m=64,outliers=2,group=16", {320}, 32);  // u16 channel indices
+  // Outlier channels in the row layout: m not a multiple of 32, a group not a multiple of 16.
+  check_qjl("qjl:m=40,outliers=4,group=8", {64}, 96);
+  check_qjl("qjl:outliers=4,group=24", {128}, 96);
 }
 
 // Without outlier channels (m a multiple of 32) keys keep tokens in the vector lanes and score
@@ -47,17 +50,37 @@ TEST(Method_qjl, LaneKeysOnEveryTarget) {
   }
 }
 
-// Outlier indices outside the head or repeated (a crafted saved cache) are read safely.
+// With outlier channels (m, om multiples of 32, groups of a multiple of 16) keys are two lane parts
+// whose nibble tables are rebuilt per group: equal to the reference and the same bits on every
+// target, for several queries over a range that starts and ends inside a group.
+TEST(Method_qjl, LaneKeysWithOutliersOnEveryTarget) {
+  EXPECT_GE(for_each_supported_target([] { check_qjl("qjl:m=64,outliers=4,group=16", {64, 128}, 64); }), 2);
+  for (const char* spec : {"qjl", "qjl:m=128,om=64,outliers=6,group=48,seed=4"}) {
+    SCOPED_TRACE(spec);
+    const int d = 128, n_q = 6, n = 144;  // 4 groups of 32 or 3 of 48
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 2});
+    const auto q = make_data(Data::kGaussian, n_q, d, 31);
+    const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 32), 0);
+    EXPECT_GE(scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, 7, e.tokens - 5, [](const auto&) {}), 2);
+  }
+}
+
+// Outlier indices outside the head or repeated (a crafted saved cache) are read safely, in the row
+// layout (group 8) and the lane layout (group 16; 3-bit values, whose float kernel the check's
+// tolerance fits).
 TEST(Method_qjl, DamagedOutlierIndicesAreSkipped) {
-  check_damaged_blocks("qjl:m=64,outliers=4,group=8", 64, [](uint8_t* block, bool is_key) {
-    if (!is_key) return;  // the value side is KIVI's, with no indices
-    block[0] = 200;       // outside d = 64
-    block[1] = 255;
-    block[2] = block[3];  // a repeat
-  });
-  check_damaged_blocks("qjl:m=64,outliers=4,group=8", 512, [](uint8_t* block, bool is_key) {
-    if (is_key) block[0] = block[1] = 0xFF;  // u16 index 65535, outside d = 512
-  });
+  for (const char* spec : {"qjl:m=64,outliers=4,group=8", "qjl:m=64,outliers=4,group=16,vbits=3"}) {
+    SCOPED_TRACE(spec);
+    check_damaged_blocks(spec, 64, [](uint8_t* block, bool is_key) {
+      if (!is_key) return;  // the value side is KIVI's, with no indices
+      block[0] = 200;       // outside d = 64
+      block[1] = 255;
+      block[2] = block[3];  // a repeat
+    });
+    check_damaged_blocks(spec, 512, [](uint8_t* block, bool is_key) {
+      if (is_key) block[0] = block[1] = 0xFF;  // u16 index 65535, outside d = 512
+    });
+  }
 }
 
 TEST(Method_qjl, BitsPerElementCountEveryByte) {

@@ -34,8 +34,10 @@
 // the code's buffer of up to 128 tokens; channel indices widen to u16 above d = 256 (the code
 // stores u8 and supports d = 128 only); om defaults to m (the code's 256 with m = 256).
 //
-// Without outlier channels and with m a multiple of 32, keys keep tokens in the vector lanes
-// instead (QjlLaneKeyCodec below: TurboQuant's one-bit lane layout and kernels, 16 tokens a block).
+// Keys keep tokens in the vector lanes (TurboQuant's one-bit lane layout and kernels, 16 tokens a
+// sub-block) when m (and om) are multiples of 32: without outlier channels as one lane part
+// (QjlLaneKeyCodec), with them as two parts per 16 tokens whose query tables are rebuilt per group
+// (QjlOutlierLaneKeyCodec, when om <= 512 and group is a multiple of 16). Otherwise the rows below.
 //
 // Layout: a block is `group` tokens (G): `outliers` (K) channel indices (u8 for d <= 256, else
 // u16), then per token fp16 inlier norm, [fp16 outlier norm], m/8 bytes of inlier signs,
@@ -53,6 +55,7 @@
 #include <vector>
 
 #include "src/core/fp16.h"
+#include "src/kv/methods/qjl/qjl_lane_kernels.h"
 #include "src/kv/methods/qjl/qjl_sketch.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
 #include "src/kv/methods/turbo/turbo_rows.h"
@@ -82,11 +85,62 @@ float load_f16(const uint8_t* p) {
   return f16_to_f32(h);
 }
 
+// A block's header: the group's K outlier channel indices, u8 for d <= 256, else u16.
+class OutlierHeader {
+ public:
+  OutlierHeader(int d, int K) : d_(d), K_(K), ib_(d <= 256 ? 1 : 2) {}
+  size_t bytes() const { return size_t(K_) * ib_; }
+
+  // Channel k; -1 for an index outside the head (a damaged saved cache), which every reader skips.
+  int index(const uint8_t* block, int k) const {
+    int c = block[k];
+    if (ib_ == 2) {
+      uint16_t v;
+      std::memcpy(&v, block + 2 * size_t(k), 2);
+      c = v;
+    }
+    return c < d_ ? c : -1;
+  }
+  void read_mask(const uint8_t* block, uint8_t* mask) const {
+    for (int k = 0; k < K_; ++k) {
+      const int c = index(block, k);
+      if (c >= 0) mask[c] = 1;
+    }
+  }
+  // The channels read_mask marks, in stored order, each once; returns how many.
+  int channels(const uint8_t* block, int* chans) const {
+    int n = 0;
+    for (int k = 0; k < K_; ++k) {
+      const int c = index(block, k);
+      if (c >= 0 && std::find(chans, chans + n, c) == chans + n) chans[n++] = c;
+    }
+    return n;
+  }
+  // The K channels of largest norm over the G keys (ties to the lower channel), written to the
+  // header and marked in mask.
+  void choose(const float* keys, int G, uint8_t* block, uint8_t* mask) const {
+    const std::vector<int> order = top_norm_channels(keys, G, d_, K_);
+    for (int k = 0; k < K_; ++k) {
+      const int c = order[size_t(k)];
+      mask[c] = 1;
+      if (ib_ == 1) {
+        block[k] = uint8_t(c);
+      } else {
+        const uint16_t v = uint16_t(c);
+        std::memcpy(block + 2 * size_t(k), &v, 2);
+      }
+    }
+  }
+
+ private:
+  int d_, K_, ib_;
+};
+
 class QjlKeyCodec final : public KeyCodec {
  public:
   QjlKeyCodec(int d, int m, int om, int outliers, int group, uint64_t seed)
-      : d_(d), m_(m), om_(outliers > 0 ? om : 0), K_(outliers), G_(group), ib_(d <= 256 ? 1 : 2),
-        sketch_(m, d, seed), header_(size_t(K_) * ib_),
+      : d_(d), m_(m), om_(outliers > 0 ? om : 0), K_(outliers), G_(group), head_(d, outliers),
+        sketch_(m, d, seed), header_(head_.bytes()),
         row_(2 + size_t(m) / 8 + (K_ > 0 ? 2 + size_t(om_) / 8 : 0)) {}
   int head_dim() const override { return d_; }
   int block_tokens() const override { return G_; }
@@ -95,7 +149,7 @@ class QjlKeyCodec final : public KeyCodec {
 
   void encode(const float* keys, int64_t, uint8_t* block) const override {
     std::vector<uint8_t> mask(static_cast<size_t>(d_), 0);
-    if (K_ > 0) choose_outliers(keys, block, mask.data());
+    if (K_ > 0) head_.choose(keys, G_, block, mask.data());
     for (int t = 0; t < G_; ++t) encode_row(keys + size_t(t) * d_, K_ > 0 ? mask.data() : nullptr, row(block, t));
   }
   // Without outliers nothing is shared between the tokens of a block.
@@ -107,7 +161,7 @@ class QjlKeyCodec final : public KeyCodec {
 
   void decode(const uint8_t* block, int64_t, float* keys) const override {
     std::vector<uint8_t> mask(static_cast<size_t>(d_), 0);
-    read_mask(block, mask.data());
+    head_.read_mask(block, mask.data());
     const uint8_t* mk = K_ > 0 ? mask.data() : nullptr;
     for (int t = 0; t < G_; ++t) {
       const uint8_t* r = row(block, t);
@@ -140,12 +194,7 @@ class QjlKeyCodec final : public KeyCodec {
       const int64_t b = i / G_;
       const int t0 = int(i % G_), t1 = int(std::min<int64_t>(G_, t0 + (i1 - i)));
       const uint8_t* block = blocks + size_t(b) * block_bytes();
-      // The group's outlier channels in stored order, each once (as read_mask marks them).
-      int n_chans = 0;
-      for (int k = 0; k < K_; ++k) {
-        const int c = index(block, k);
-        if (c >= 0 && std::find(chans, chans + n_chans, c) == chans + n_chans) chans[n_chans++] = c;
-      }
+      const int n_chans = head_.channels(block, chans);
       for (int r = 0; r < n_q; ++r) {
         const float* st = states + size_t(r) * qs;
         if (K_ == 0) {
@@ -186,40 +235,6 @@ class QjlKeyCodec final : public KeyCodec {
   size_t out_off() const { return 4 + size_t(m_) / 8; }
   const uint8_t* inlier_bits(const uint8_t* r) const { return r + in_off(); }
   const uint8_t* outlier_bits(const uint8_t* r) const { return r + out_off(); }
-  // Outlier channel k of a block; -1 for an index outside the head (a damaged saved cache),
-  // which every reader skips.
-  int index(const uint8_t* block, int k) const {
-    int c = block[k];
-    if (ib_ == 2) {
-      uint16_t v;
-      std::memcpy(&v, block + 2 * size_t(k), 2);
-      c = v;
-    }
-    return c < d_ ? c : -1;
-  }
-  void read_mask(const uint8_t* block, uint8_t* mask) const {
-    for (int k = 0; k < K_; ++k) {
-      const int c = index(block, k);
-      if (c >= 0) mask[c] = 1;
-    }
-  }
-
-  // The K channels of largest norm over the block's tokens (ties to the lower channel), written
-  // to the block's header and marked in mask.
-  void choose_outliers(const float* keys, uint8_t* block, uint8_t* mask) const {
-    const std::vector<int> order = top_norm_channels(keys, G_, d_, K_);
-    for (int k = 0; k < K_; ++k) {
-      const int c = order[size_t(k)];
-      mask[c] = 1;
-      if (ib_ == 1) {
-        block[k] = uint8_t(c);
-      } else {
-        const uint16_t v = uint16_t(c);
-        std::memcpy(block + 2 * size_t(k), &v, 2);
-      }
-    }
-  }
-
   void encode_row(const float* k, const uint8_t* mask, uint8_t* r) const {
     std::vector<float> p(static_cast<size_t>(m_));
     const uint16_t n_in = norm_f16(k, d_, mask, false);
@@ -233,7 +248,8 @@ class QjlKeyCodec final : public KeyCodec {
     qjl::pack_signs(p.data(), om_, r + out_off());
   }
 
-  int d_, m_, om_, K_, G_, ib_;
+  int d_, m_, om_, K_, G_;
+  OutlierHeader head_;
   GaussianSketch sketch_;
   size_t header_, row_;
 };
@@ -306,6 +322,130 @@ class QjlLaneKeyCodec final : public KeyCodec {
   std::unique_ptr<KeyCodec> rows_;
 };
 
+// Keys with outlier channels, with tokens in the vector lanes (m and om multiples of 32 up to
+// kTurboLaneTableDim, group a multiple of 16): each 16 tokens of a group are two one-bit lane parts
+// (turbo_lanes.h) side by side, the inlier signs of S k_in (m rows, levels -+sqrt(pi/2)/m) and the
+// outlier signs of S k_out (first om rows, levels -+sqrt(pi/2)/om), each with its fp16 norm as the
+// part's scale, so a part's lane score is its estimate. The query's inlier sketch S q - S q_out
+// depends on the group's outlier channels: its score is read as <S q, signs> - <S q_out, signs>,
+// from S q's nibble table (made once per step) and S q_out's (rebuilt per group and query,
+// qjl_lane_kernels.h), which the outlier part reads too when om = m. A token costs one register
+// lookup and one add per 4 rows of each table it is read against, 16 tokens at a time; one table of
+// 4 m floats is written per group and query (writing two, the inlier one as a difference, measured
+// slower: the stores dominated). Bytes per block are the row layout's.
+class QjlOutlierLaneKeyCodec final : public KeyCodec {
+ public:
+  QjlOutlierLaneKeyCodec(int d, int m, int om, int outliers, int group, uint64_t seed)
+      : d_(d), m_(m), om_(om), K_(outliers), G_(group), head_(d, outliers), sketch_(m, d, seed),
+        c_in_(float(kQjlScale / m)), c_out_(float(kQjlScale / om)), in_(m, 1, {-c_in_, c_in_}, false),
+        out_(om, 1, {-c_out_, c_out_}, false), sub_(in_.bytes() + out_.bytes()) {}
+  static bool applies(int m, int om, int group) {
+    return group % kTurboBlockTokens == 0 && turbo_lanes_apply(m, 1) && turbo_lanes_apply(om, 1) &&
+           m <= kTurboLaneTableDim && om <= kTurboLaneTableDim;
+  }
+  int head_dim() const override { return d_; }
+  int block_tokens() const override { return G_; }
+  size_t block_bytes() const override { return head_.bytes() + size_t(G_ / kTurboBlockTokens) * sub_; }
+  size_t param_bytes() const override { return sketch_.bytes(); }
+
+  void encode(const float* keys, int64_t, uint8_t* block) const override {
+    std::vector<uint8_t> mask(static_cast<size_t>(d_), 0), codes(static_cast<size_t>(m_));
+    std::vector<float> p(static_cast<size_t>(m_));
+    head_.choose(keys, G_, block, mask.data());
+    for (int t = 0; t < G_; ++t) {
+      const float* k = keys + size_t(t) * d_;
+      uint8_t* sub = sub_block(block, t / kTurboBlockTokens);
+      const int slot = t % kTurboBlockTokens;
+      sketch_.project(k, m_, p.data(), mask.data(), false);
+      for (int j = 0; j < m_; ++j) codes[size_t(j)] = uint8_t(p[size_t(j)] > 0.0f);  // pack_signs' convention
+      in_.put(codes.data(), norm_f16(k, d_, mask.data(), false), slot, sub);
+      sketch_.project(k, om_, p.data(), mask.data(), true);
+      for (int j = 0; j < om_; ++j) codes[size_t(j)] = uint8_t(p[size_t(j)] > 0.0f);
+      out_.put(codes.data(), norm_f16(k, d_, mask.data(), true), slot, sub + in_.bytes());
+    }
+  }
+
+  // Each part's decode is its sketch rows times the scaled levels; S^T of that over the part's
+  // channels is the estimator's linear form.
+  void decode(const uint8_t* block, int64_t, float* keys) const override {
+    std::vector<uint8_t> mask(static_cast<size_t>(d_), 0);
+    head_.read_mask(block, mask.data());
+    std::vector<float> zi(size_t(kTurboBlockTokens) * m_), zo(size_t(kTurboBlockTokens) * om_);
+    std::fill_n(keys, size_t(G_) * d_, 0.0f);
+    for (int s = 0; s < G_ / kTurboBlockTokens; ++s) {
+      const uint8_t* sub = sub_block(block, s);
+      in_.decode(sub, zi.data());
+      out_.decode(sub + in_.bytes(), zo.data());
+      for (int t = 0; t < kTurboBlockTokens; ++t) {
+        float* k = keys + size_t(s * kTurboBlockTokens + t) * d_;
+        sketch_.add_transposed(&zi[size_t(t) * m_], m_, k, mask.data(), false);
+        sketch_.add_transposed(&zo[size_t(t) * om_], om_, k, mask.data(), true);
+      }
+    }
+  }
+
+  // The query itself (its outlier channels' coefficients, per group) and the nibble table of its
+  // sketch S q with the inlier levels.
+  size_t query_state_floats() const override { return size_t(d_) + 4 * size_t(m_); }
+  void prepare_query(const float* q, float* state, Workspace&) const override {
+    std::copy_n(q, d_, state);
+    std::vector<float> sq(2 * size_t(m_));  // not a workspace slot: scores' slots are the codec's
+    sketch_.project(q, m_, sq.data());
+    qjl::query_tables(sq.data(), m_, c_in_, state + d_, sq.data() + m_);
+  }
+
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride, Workspace& ws) const override {
+    const size_t qs = query_state_floats(), tc = 4 * size_t(m_), to = 4 * size_t(om_);
+    float* const tab_out = ws.get<float>(Workspace::kCodec0, size_t(n_q) * to);
+    float* const tab_corr = om_ == m_ ? tab_out : ws.get<float>(Workspace::kCodec1, size_t(n_q) * tc);
+    const size_t corr_stride = om_ == m_ ? to : tc;
+    float* const scratch = ws.get<float>(Workspace::kCodec2, 2 * size_t(m_));
+    float* const part = ws.get<float>(Workspace::kCodec3, 2 * size_t(n_q) * G_);
+    int* const chans = ws.get<int>(Workspace::kCodec4, size_t(std::max(K_, 1)));
+    float* const coefs = ws.get<float>(Workspace::kCodec5, size_t(std::max(K_, 1)));
+    const float** const cols = ws.get<const float*>(Workspace::kCodec6, size_t(std::max(K_, 1)));
+    float* const corr = part + size_t(n_q) * G_;
+    for (int64_t i = i0; i < i1;) {
+      const int64_t b = i / G_;
+      const int t0 = int(i % G_), t1 = int(std::min<int64_t>(G_, t0 + (i1 - i)));
+      const uint8_t* block = blocks + size_t(b) * block_bytes();
+      const uint8_t* subs = block + head_.bytes();
+      const int n_chans = head_.channels(block, chans);
+      for (int k = 0; k < n_chans; ++k) cols[k] = sketch_.column(chans[k]);
+      for (int r = 0; r < n_q; ++r) {
+        const float* st = states + size_t(r) * qs;
+        for (int k = 0; k < n_chans; ++k) coefs[k] = st[chans[k]];
+        qjl::outlier_group_tables(m_, om_, cols, coefs, n_chans, c_in_, c_out_, tab_corr + size_t(r) * corr_stride,
+                                  tab_out + size_t(r) * to, scratch);
+      }
+      // inlier: <S q, signs> - <S q_out, signs>; outlier: <S q_out, outlier signs>.
+      float* dst = out + (i - i0);
+      in_.scores(states + d_, qs, n_q, subs, sub_, t0, t1, dst, out_stride);
+      in_.scores(tab_corr, corr_stride, n_q, subs, sub_, t0, t1, corr, size_t(G_));
+      out_.scores(tab_out, to, n_q, subs + in_.bytes(), sub_, t0, t1, part, size_t(G_));
+      for (int r = 0; r < n_q; ++r) {
+        for (int t = 0; t < t1 - t0; ++t) {
+          float& s = dst[size_t(r) * out_stride + size_t(t)];
+          s = (s - corr[size_t(r) * G_ + size_t(t)]) + part[size_t(r) * G_ + size_t(t)];
+        }
+      }
+      i += t1 - t0;
+    }
+  }
+
+ private:
+  uint8_t* sub_block(uint8_t* block, int s) const { return block + head_.bytes() + size_t(s) * sub_; }
+  const uint8_t* sub_block(const uint8_t* block, int s) const { return block + head_.bytes() + size_t(s) * sub_; }
+
+  int d_, m_, om_, K_, G_;
+  OutlierHeader head_;
+  GaussianSketch sketch_;
+  float c_in_, c_out_;
+  TurboLanePart in_, out_;
+  size_t sub_;
+};
+
 class QjlMethod final : public WindowedMethod {
  public:
   explicit QjlMethod(const ParamValues& v)
@@ -323,6 +463,9 @@ class QjlMethod final : public WindowedMethod {
     VQ_CHECK(K_ < d, fmt::format("qjl: outliers={} must be below head_dim {}", K_, d));
     const uint64_t seed = qjl::sketch_seed(layer_seed(seed_, ctx.layer, 0));
     if (K_ == 0 && turbo_lanes_apply(m_, 1)) return std::make_unique<QjlLaneKeyCodec>(d, m_, seed);
+    if (K_ > 0 && QjlOutlierLaneKeyCodec::applies(m_, om_, group_)) {
+      return std::make_unique<QjlOutlierLaneKeyCodec>(d, m_, om_, K_, group_, seed);
+    }
     return std::make_unique<QjlKeyCodec>(d, m_, om_, K_, group_, seed);
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {

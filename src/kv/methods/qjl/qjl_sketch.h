@@ -81,11 +81,15 @@ class GaussianSketch {
   }
 
   // out[c] += (S^T z)_c for z of m floats (the sum over the rows taken first, then added).
-  void add_transposed(const float* z, float* out) const {
+  void add_transposed(const float* z, float* out) const { add_transposed(z, m_, out); }
+  // The same with the first `rows` rows of S and z, over the channels c with
+  // (mask[c] != 0) == in_mask (all channels when mask is null).
+  void add_transposed(const float* z, int rows, float* out, const uint8_t* mask = nullptr, bool in_mask = false) const {
     for (int c = 0; c < d_; ++c) {
+      if (mask && (mask[c] != 0) != in_mask) continue;
       const float* col = column(c);
       float s = 0.0f;
-      for (int i = 0; i < m_; ++i) s += col[i] * z[i];
+      for (int i = 0; i < rows; ++i) s += col[i] * z[i];
       out[c] += s;
     }
   }

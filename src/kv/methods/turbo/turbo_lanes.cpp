@@ -16,7 +16,6 @@ namespace {
 constexpr int kSub = 16;
 constexpr int kGroup = 32;
 constexpr size_t kScaleBytes = kSub * 2;
-constexpr int kMaxTableDim = 512;  // one-bit keys' nibble tables up to here: 4 d floats of state per query
 
 // The block layout, scalar: the encoder and the plain reference decode.
 class LaneLayout {
@@ -64,7 +63,7 @@ class LaneLayout {
 
 TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values)
     : d_(d), bits_(bits), signs_(values && sign_lanes::apply(d, bits)),
-      tables_(!values && bits == 1 && d <= kMaxTableDim), levels_(std::move(levels)) {
+      tables_(!values && bits == 1 && d <= kTurboLaneTableDim), levels_(std::move(levels)) {
   for (int i = 0; i < 16; ++i) table16_[size_t(i)] = levels_[size_t(i) % levels_.size()];
   if (signs_) sign_lanes::make_patterns(levels_[0], levels_[1], patterns_.data());
 }
@@ -92,7 +91,7 @@ void TurboLanePart::decode(const uint8_t* part, float* x) const {
 
 size_t TurboLanePart::query_state_floats() const { return size_t(d_) * (tables_ ? 4 : 1); }
 
-// At 1 bit (d up to kMaxTableDim) the prepared query is its nibble tables: for nibble k
+// At 1 bit (d up to kTurboLaneTableDim) the prepared query is its nibble tables: for nibble k
 // (channels c0 = 4k ..), entry i = sum over those channels j, in order, of q[c0 + j] * level(bit j
 // of i), each product and sum rounded in float as written. Otherwise the query itself, read a
 // channel at a time.

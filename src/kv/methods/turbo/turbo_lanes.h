@@ -67,6 +67,9 @@ class TurboLanePart {
 };
 
 bool turbo_lanes_apply(int d, int bits);
+// One-bit key parts up to this d score through per-nibble query tables (4 d floats of state per
+// query); above it, through the query itself.
+inline constexpr int kTurboLaneTableDim = 512;
 // The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token
 // planes of turbo_sign_lanes.h instead), the row codecs otherwise.
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);

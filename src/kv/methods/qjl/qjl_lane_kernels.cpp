@@ -1,0 +1,82 @@
+// Highway versions of QJL's per-group query tables (qjl_lane_kernels.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/qjl/qjl_lane_kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/kv/methods/qjl/qjl_lane_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv::qjl {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+
+// tab[16 k + i] = sum over j < 4, in order, of w[4k + j] * (bit j of i ? c : -c): each product is
+// +-(w c), so w is scaled by c once and each term's sign set by an exclusive or. Only exact IEEE
+// products and sums in a fixed order, no fused multiply-add: every target gives the same bits.
+void NibbleTables(const float* HWY_RESTRICT w, int n, float c, float* HWY_RESTRICT wc, float* HWY_RESTRICT tab) {
+  const DF df;
+  const DU du;
+  const int N = int(hn::Lanes(df));
+  const auto vc = hn::Set(df, c);
+  for (int i = 0; i < n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, w + i), vc), df, wc + i);
+  alignas(64) uint32_t neg[4][16];  // the sign bit where bit j of i is clear (level -c)
+  for (int j = 0; j < 4; ++j) {
+    for (int i = 0; i < 16; ++i) neg[j][i] = ((i >> j) & 1) ? 0u : 0x80000000u;
+  }
+  for (int h = 0; h < 16; h += N) {
+    const auto s0 = hn::BitCast(df, hn::LoadU(du, neg[0] + h)), s1 = hn::BitCast(df, hn::LoadU(du, neg[1] + h));
+    const auto s2 = hn::BitCast(df, hn::LoadU(du, neg[2] + h)), s3 = hn::BitCast(df, hn::LoadU(du, neg[3] + h));
+    for (int k = 0; k < n / 4; ++k) {
+      const float* x = wc + 4 * k;
+      auto t = hn::Add(hn::Xor(hn::Set(df, x[0]), s0), hn::Xor(hn::Set(df, x[1]), s1));
+      t = hn::Add(t, hn::Xor(hn::Set(df, x[2]), s2));
+      t = hn::Add(t, hn::Xor(hn::Set(df, x[3]), s3));
+      hn::StoreU(t, df, tab + 16 * size_t(k) + size_t(h));
+    }
+  }
+}
+
+void QueryTables(const float* HWY_RESTRICT w, int m, float c, float* HWY_RESTRICT tab, float* HWY_RESTRICT scratch) {
+  NibbleTables(w, m, c, scratch, tab);
+}
+
+// w_out is summed over the columns in order with separate products and sums (the same bits on
+// every target, as above).
+void OutlierGroupTables(int m, int om, const float* const* cols, const float* HWY_RESTRICT coefs, int n_cols,
+                        float c_in, float c_out, float* HWY_RESTRICT tab_corr, float* HWY_RESTRICT tab_out,
+                        float* HWY_RESTRICT scratch) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  float* w_out = scratch;
+  float* wc = scratch + m;
+  for (int i = 0; i < m; i += N) {
+    auto acc = hn::Zero(df);
+    for (int k = 0; k < n_cols; ++k) acc = hn::Add(acc, hn::Mul(hn::Set(df, coefs[k]), hn::LoadU(df, cols[k] + i)));
+    hn::StoreU(acc, df, w_out + i);
+  }
+  NibbleTables(w_out, om, c_out, wc, tab_out);
+  if (om != m) NibbleTables(w_out, m, c_in, wc, tab_corr);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv::qjl
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace vq::kv::qjl {
+HWY_EXPORT(QueryTables);
+HWY_EXPORT(OutlierGroupTables);
+
+void query_tables(const float* w, int m, float c, float* tab, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(QueryTables)(w, m, c, tab, scratch);
+}
+
+void outlier_group_tables(int m, int om, const float* const* cols, const float* coefs, int n_cols, float c_in,
+                          float c_out, float* tab_corr, float* tab_out, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(OutlierGroupTables)(m, om, cols, coefs, n_cols, c_in, c_out, tab_corr, tab_out, scratch);
+}
+}  // namespace vq::kv::qjl
+#endif

@@ -1,0 +1,22 @@
+// The query tables of QJL's keys with outlier channels in the token-lane layout (qjl.cpp),
+// compiled per SIMD target (qjl_lane_kernels.cpp).
+//
+// A nibble table (turbo_lanes.h) of w over n rows with levels -c, +c: entry i of nibble k is the
+// sum over j < 4, in order, of w[4k + j] * (bit j of i ? c : -c), products and sums rounded in
+// float; every target gives the same bits.
+#pragma once
+
+namespace vq::kv::qjl {
+
+// tab (4 m floats) = the nibble table of w (m rows, a multiple of 32) with levels -c, +c.
+// scratch: m floats.
+void query_tables(const float* w, int m, float c, float* tab, float* scratch);
+
+// The tables of a group's outlier share w_out = sum_k coefs[k] * cols[k][0, m) of S q (summed in
+// that order): tab_out (4 om floats) over its first om rows with levels -+c_out, and, when om != m,
+// tab_corr (4 m floats) over all m rows with levels -+c_in (when om = m, c_out = c_in and tab_out
+// is that table). m and om are multiples of 32; scratch holds 2 m floats.
+void outlier_group_tables(int m, int om, const float* const* cols, const float* coefs, int n_cols, float c_in,
+                          float c_out, float* tab_corr, float* tab_out, float* scratch);
+
+}  // namespace vq::kv::qjl
