@@ -1,10 +1,12 @@
 // Report the dispatched Highway target (e.g. AVX3, AVX2, EMU128).
 #include "src/core/simd.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "hwy/highway.h"
 #include "hwy/targets.h"
+#include "veloxquant/error.h"
 
 namespace vq {
 
@@ -17,6 +19,23 @@ std::string simd_target_name() {
   // vpopcntd), so on such a CPU those kernels run one target above the rest.
   if (best == HWY_AVX3 && (hwy::SupportedTargets() & HWY_AVX3_DL) != 0) name += " (q4, rabitq: AVX3_DL)";
   return name;
+}
+
+void limit_simd_target(const std::string& name) {
+  int64_t best_allowed = 0;  // the best target kept; every worse one stays
+  if (name == "avx2") {
+    best_allowed = HWY_AVX2;
+  } else if (name == "avx3") {
+    best_allowed = HWY_AVX3;
+  } else {
+    VQ_CHECK(name == "best", fmt::format("--simd: unknown target '{}' (best, avx3, avx2)", name));
+    return;
+  }
+  VQ_CHECK((hwy::SupportedTargets() & best_allowed) != 0,
+                 fmt::format("--simd {}: this CPU does not run that target", name));
+  // Highway's target bits: a lower bit is a better target.
+  hwy::SetSupportedTargetsForTest(hwy::SupportedTargets() & ~(best_allowed - 1));
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
 bool cpu_is_intel() {

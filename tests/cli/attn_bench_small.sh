@@ -18,3 +18,16 @@ for r in j["results"]:
     assert r["speedup_vs_fp16_min"] <= r["speedup_vs_fp16"] <= r["speedup_vs_fp16_max"]
 assert j["results"][1]["kv_bytes"] < j["results"][0]["kv_bytes"]
 PY
+
+# --simd avx2 measures the AVX2 kernels (on a CPU that has AVX2) and says so; an unknown target is
+# a usage error.
+if grep -qw avx2 /proc/cpuinfo; then
+  out=$("$1" attn-bench --q-heads 4 --kv-heads 2 --head-dim 64 --ctx 256 --layers 1 --rounds 1 \
+        --iters 1 --bandwidth-mib 16 --kv fp16 --kv turbo --simd avx2 --json)
+  python3 -c 'import json, sys; t = json.loads(sys.argv[1])["simd_target"]; assert t == "AVX2", t' "$out"
+fi
+set +e
+err=$("$1" attn-bench --ctx 16 --layers 1 --simd sse9 2>&1 >/dev/null)
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && [[ "$err" == *"unknown target"* ]] || { echo "--simd sse9: rc $rc, '$err'"; exit 1; }

@@ -32,6 +32,7 @@ struct Opts {
   double bandwidth_mib = 0;  // 0: max(1 GiB, 4 x last-level cache)
   std::vector<std::string> kv;
   bool json = false;
+  std::string simd = "best";
 };
 
 // Keys ~ N(0,1) except a few outlier channels per head with a large scale and offset, as in real
@@ -89,6 +90,9 @@ Runner add_attn_bench_command(CLI::App& app) {
   cmd->add_option("--bandwidth-mib", o->bandwidth_mib, "Buffer size of the bandwidth probe (MiB)");
   cmd->add_option("--kv", o->kv, "Method spec (repeatable); default: fp16 bf16 q8 q8:rot=1 q4 q4:rot=1 kivi kvquant turbo turbo:bits=2 turbo:bits=1 turbo:bits=2,outliers=64 turbo-rvq:bits=1 turbo-prod turbo-prod:bits=2 polar qjl rabitq rabitq:bits=2 vecinfer spectral (kvquant, vecinfer and spectral calibrated on the synthetic data; commvq is left out: its 12-bit-per-stage search makes filling a 32k cache take minutes)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--simd", o->simd,
+                  "Best SIMD target the kernels may use: best, avx3 or avx2 (to measure what a CPU without AVX-512, "
+                  "or without its DL extensions, runs)");
   // Specs are checked before anything is allocated.
   cmd->callback([o]() {
     VQ_CHECK(o->q_heads % o->kv_heads == 0, fmt::format("--q-heads {} is not a multiple of --kv-heads {}",
@@ -108,6 +112,7 @@ Runner add_attn_bench_command(CLI::App& app) {
                "spectral"};
     }
     for (const auto& s : o->kv) kv::parse_method(s);
+    limit_simd_target(o->simd);
   });
   return [o]() {
     set_num_threads(o->threads);
