@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,38 @@ TEST(Method_polar, RoundTripsWithFineAngles) {
   const double e = relative_error("polar", 128, 6);
   ::testing::Test::RecordProperty("default_relative_error", std::to_string(e));
   EXPECT_LT(e, 0.35);
+}
+
+}  // namespace
+}  // namespace vq::kv::testing
+
+namespace vq::kv::testing {
+namespace {
+
+// Angles of up to 4 bits decode through register tables a vector of angles at a time
+// (polar_kernels.h); each output is the scalar walk's one product, so every target (the scalar
+// one walks) gives the same bits, for levels shorter than a vector too (d = 16, levels up to 4).
+TEST(Method_polar, TableDecodeIsTheSameOnEveryTarget) {
+  for (const char* spec : {"polar", "polar:levels=2,bits1=3,bits=1", "polar:levels=6,bits1=2,bits=4",
+                           "polar:levels=3,bits1=5,bits=2"}) {
+    for (int d : {16, 128, 256}) {
+      SCOPED_TRACE(std::string(spec) + " d=" + std::to_string(d));
+      const std::string s = spec;
+      if (d == 16 && s.find("levels=6") != std::string::npos) continue;  // d >> levels must be >= 1
+      const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 1});
+      const Encoded e = encode_run(*kc, make_data(Data::kOutliers, 32, d, 41), 0);
+      std::vector<float> first;
+      EXPECT_GE(for_each_supported_target([&] {
+                  const std::vector<float> x = decode_run(*kc, e, 0);
+                  if (first.empty()) {
+                    first = x;
+                  } else {
+                    EXPECT_EQ(std::memcmp(first.data(), x.data(), x.size() * 4), 0) << "bits differ from the first target";
+                  }
+                }),
+                2);
+    }
+  }
 }
 
 }  // namespace

@@ -17,7 +17,8 @@
 // radii are the only scalars.
 //
 // Decoding walks the tree down from the radii, multiplying by cos and sin of each level's coded
-// angle (tables of 2^B entries). Scores rotate the query once per step and read each tile of
+// angle (tables of 2^B entries; up to 4 bits, held in registers and read a vector of angles at a
+// time, polar_kernels.h). Scores rotate the query once per step and read each tile of
 // tokens decoded in L1 (as TurboQuant-MSE does); values are accumulated in the rotated space and
 // rotated back once.
 //
@@ -41,6 +42,7 @@
 #include "src/kv/calib/lloyd_max.h"
 #include "src/kv/calib/nuq.h"
 #include "src/kv/kernels/lut_kernels.h"
+#include "src/kv/methods/polar/polar_kernels.h"
 #include "src/kv/methods/turbo/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rotation.h"
@@ -78,6 +80,15 @@ class PolarRows {
       sin_.push_back(std::move(sn));
     }
     row_ = at;
+    tables_ = std::all_of(bits_.begin() + 1, bits_.end(), [](int b) { return b <= polar::kTableBits; });
+    if (tables_) {
+      cos16_.assign(size_t(16) * levels, 0.0f);
+      sin16_.assign(size_t(16) * levels, 0.0f);
+      for (int l = 1; l <= levels; ++l) {
+        std::copy(cos_[size_t(l) - 1].begin(), cos_[size_t(l) - 1].end(), cos16_.begin() + 16 * (l - 1));
+        std::copy(sin_[size_t(l) - 1].begin(), sin_[size_t(l) - 1].end(), sin16_.begin() + 16 * (l - 1));
+      }
+    }
   }
   int head_dim() const { return d_; }
   size_t row_bytes() const { return row_; }
@@ -113,7 +124,12 @@ class PolarRows {
     }
   }
 
+  // With angles of at most kTableBits bits, the vector walk of polar_kernels.h (the same products).
   void decode(const uint8_t* row, float* x) const {
+    if (tables_) {
+      polar::decode_row(row, d_, levels_, bits_.data(), offset_.data(), cos16_.data(), sin16_.data(), x);
+      return;
+    }
     float r[kMaxDim], next[kMaxDim];
     for (int i = 0; i < radii(); ++i) {
       uint16_t h;
@@ -144,6 +160,8 @@ class PolarRows {
   std::vector<size_t> offset_;
   std::vector<std::vector<float>> mids_, cos_, sin_;  // per level, from level 1
   size_t row_ = 0;
+  bool tables_ = false;
+  std::vector<float> cos16_, sin16_;  // per level, from level 1: 16 floats each (zero past 2^bits)
 };
 
 class PolarMethod final : public RotatedMethod {
