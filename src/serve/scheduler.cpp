@@ -212,9 +212,11 @@ void Scheduler::admit() {
     reserved_ += need;
     job->prompt_tokens = int64_t(prompt.size());
     job->cached_tokens = int64_t(s->fed.size());
-    totals_.prompt_tokens += int64_t(prompt.size());
-    totals_.prompt_tokens_reused += int64_t(s->fed.size());
-    ++totals_.requests;
+    count([&](Metrics& m) {
+      m.prompt_tokens += int64_t(prompt.size());
+      m.prompt_tokens_reused += int64_t(s->fed.size());
+      ++m.requests;
+    });
     active_.push_back(std::move(s));
   }
 }
@@ -293,11 +295,11 @@ void Scheduler::step() {
     return;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  ++totals_.passes;
-  if (prefill_tokens > 0) {
-    totals_.prefill_seconds += secs * prefill_tokens / double(tokens.size());
-  }
-  totals_.decode_seconds += secs * double(tokens.size() - size_t(prefill_tokens)) / double(tokens.size());
+  count([&](Metrics& m) {
+    ++m.passes;
+    if (prefill_tokens > 0) m.prefill_seconds += secs * prefill_tokens / double(tokens.size());
+    m.decode_seconds += secs * double(tokens.size() - size_t(prefill_tokens)) / double(tokens.size());
+  });
 
   int64_t row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -320,7 +322,7 @@ void Scheduler::step() {
       continue;
     }
     ++s.generated;
-    ++totals_.generated_tokens;
+    count([](Metrics& m) { ++m.generated_tokens; });
     Chunk c;
     c.text = s.text.push(tok.piece(id));
     if (s.job->params.logprobs >= 0) {

@@ -132,13 +132,22 @@ class Scheduler {
   void finish(Seq& s, const std::string& reason);
   size_t bytes_for(int64_t tokens) const;
   void update_metrics();
+  // Adds to the counters, in totals_ and at once in the published snapshot: a client that has
+  // received a token or a reply then finds it counted in /metrics (the snapshot's other fields
+  // are refreshed after each pass).
+  template <typename F>
+  void count(F f) {
+    f(totals_);
+    std::lock_guard<std::mutex> lock(mu_);
+    f(metrics_);
+  }
 
   const engine::Model& model_;
   const kv::Method method_;
   const SchedulerOptions opt_;
   std::vector<kv::LayerConfig> layout_;
 
-  mutable std::mutex mu_;  // queue_, stop_, metrics_
+  mutable std::mutex mu_;  // queue_, stop_, metrics_ (whose counters count() also writes)
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
