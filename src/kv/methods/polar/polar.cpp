@@ -55,9 +55,13 @@ constexpr int kMaxDim = 4096;
 
 class PolarRows {
  public:
-  PolarRows(int d, int levels, int bits1, int bits) : d_(d), levels_(levels), bits_(static_cast<size_t>(levels) + 1) {
+  PolarRows(int d, int levels, int bits1, int bits)
+      : d_(d), levels_(levels), bits_(static_cast<size_t>(levels) + 1),
+        stride_(std::max(16, 1 << std::max(bits1, bits))) {
     size_t at = 2 * size_t(radii());
     offset_.assign(static_cast<size_t>(levels) + 1, 0);
+    cos_.assign(stride_ * size_t(levels), 0.0f);
+    sin_.assign(stride_ * size_t(levels), 0.0f);
     for (int l = 1; l <= levels; ++l) {
       const int b = l == 1 ? bits1 : bits;
       bits_[size_t(l)] = b;
@@ -70,31 +74,20 @@ class PolarRows {
       } else {
         a = lloyd_max_polar_angle(l, b).levels;
       }
-      std::vector<float> cs(static_cast<size_t>(k)), sn(static_cast<size_t>(k));
       for (int c = 0; c < k; ++c) {
-        cs[size_t(c)] = float(std::cos(double(a[size_t(c)])));
-        sn[size_t(c)] = float(std::sin(double(a[size_t(c)])));
+        cos_[stride_ * size_t(l - 1) + size_t(c)] = float(std::cos(double(a[size_t(c)])));
+        sin_[stride_ * size_t(l - 1) + size_t(c)] = float(std::sin(double(a[size_t(c)])));
       }
       mids_.push_back(l == 1 ? std::vector<float>{} : level_midpoints(a));
-      cos_.push_back(std::move(cs));
-      sin_.push_back(std::move(sn));
     }
     row_ = at;
     tables_ = std::all_of(bits_.begin() + 1, bits_.end(), [](int b) { return b <= polar::kTableBits; });
-    if (tables_) {
-      cos16_.assign(size_t(16) * levels, 0.0f);
-      sin16_.assign(size_t(16) * levels, 0.0f);
-      for (int l = 1; l <= levels; ++l) {
-        std::copy(cos_[size_t(l) - 1].begin(), cos_[size_t(l) - 1].end(), cos16_.begin() + 16 * (l - 1));
-        std::copy(sin_[size_t(l) - 1].begin(), sin_[size_t(l) - 1].end(), sin16_.begin() + 16 * (l - 1));
-      }
-    }
   }
   int head_dim() const { return d_; }
   size_t row_bytes() const { return row_; }
   size_t param_bytes() const {
     size_t n = 0;
-    for (size_t l = 0; l < cos_.size(); ++l) n += (cos_[l].size() + sin_[l].size() + mids_[l].size()) * sizeof(float);
+    for (int l = 1; l <= levels_; ++l) n += (2 * (size_t(1) << bits_[size_t(l)]) + mids_[size_t(l) - 1].size()) * sizeof(float);
     return n;
   }
 
@@ -124,31 +117,10 @@ class PolarRows {
     }
   }
 
-  // With angles of at most kTableBits bits, the vector walk of polar_kernels.h (the same products).
+  // The walk of polar_kernels.h: with angles of at most kTableBits bits a vector of angles at a
+  // time, otherwise one at a time (the same products either way).
   void decode(const uint8_t* row, float* x) const {
-    if (tables_) {
-      polar::decode_row(row, d_, levels_, bits_.data(), offset_.data(), cos16_.data(), sin16_.data(), x);
-      return;
-    }
-    float r[kMaxDim], next[kMaxDim];
-    for (int i = 0; i < radii(); ++i) {
-      uint16_t h;
-      std::memcpy(&h, row + 2 * size_t(i), 2);
-      r[i] = f16_to_f32(h);
-    }
-    for (int l = levels_; l >= 1; --l) {
-      const int n = angles(l), b = bits_[size_t(l)];
-      const uint8_t* planes = row + offset_[size_t(l)];
-      const float* cs = cos_[size_t(l) - 1].data();
-      const float* sn = sin_[size_t(l) - 1].data();
-      float* out = l == 1 ? x : next;
-      for (int i = 0; i < n; ++i) {
-        const int c = plane_code(planes, n, b, i);
-        out[2 * i] = r[i] * cs[c];
-        out[2 * i + 1] = r[i] * sn[c];
-      }
-      if (l > 1) std::copy_n(next, 2 * n, r);
-    }
+    polar::decode_row(row, d_, levels_, bits_.data(), offset_.data(), cos_.data(), sin_.data(), stride_, tables_, x);
   }
 
  private:
@@ -157,11 +129,12 @@ class PolarRows {
 
   int d_, levels_;
   std::vector<int> bits_;
+  size_t stride_;  // floats per level in cos_ and sin_ (2^bits used, zero after)
+  bool tables_ = false;  // every level's angles fit register tables (polar::kTableBits)
   std::vector<size_t> offset_;
-  std::vector<std::vector<float>> mids_, cos_, sin_;  // per level, from level 1
+  std::vector<std::vector<float>> mids_;  // per level, from level 1
+  std::vector<float> cos_, sin_;          // per level, from level 1, stride_ floats each
   size_t row_ = 0;
-  bool tables_ = false;
-  std::vector<float> cos16_, sin16_;  // per level, from level 1: 16 floats each (zero past 2^bits)
 };
 
 class PolarMethod final : public RotatedMethod {

@@ -40,9 +40,10 @@ HWY_INLINE VF Lookup16(const float* table, VI idx) {
   }
 }
 
-// The scalar walk, for vectors of fewer than 8 lanes (a mask load takes whole bytes).
-void DecodeRowScalar(const uint8_t* row, int d, int levels, const int* bits, const size_t* offset, const float* cos16,
-                     const float* sin16, float* x) {
+// The walk one angle at a time: angles over kTableBits bits, and vectors of fewer than 8 lanes (a
+// mask load takes whole bytes).
+void DecodeRowScalar(const uint8_t* row, int d, int levels, const int* bits, const size_t* offset, const float* cos,
+                     const float* sin, size_t stride, float* x) {
   float r[kMaxDim], next[kMaxDim];
   for (int i = 0; i < (d >> levels); ++i) {
     uint16_t h;
@@ -51,23 +52,25 @@ void DecodeRowScalar(const uint8_t* row, int d, int levels, const int* bits, con
   }
   for (int l = levels; l >= 1; --l) {
     const int n = d >> l;
+    const float* cs = cos + stride * size_t(l - 1);
+    const float* sn = sin + stride * size_t(l - 1);
     float* out = l == 1 ? x : next;
     for (int i = 0; i < n; ++i) {
       const int c = plane_code(row + offset[l], n, bits[l], i);
-      out[2 * i] = r[i] * cos16[16 * (l - 1) + c];
-      out[2 * i + 1] = r[i] * sin16[16 * (l - 1) + c];
+      out[2 * i] = r[i] * cs[c];
+      out[2 * i + 1] = r[i] * sn[c];
     }
     if (l > 1) std::copy_n(next, 2 * n, r);
   }
 }
 
 void DecodeRow(const uint8_t* HWY_RESTRICT row, int d, int levels, const int* bits, const size_t* offset,
-               const float* cos16, const float* sin16, float* HWY_RESTRICT x) {
+               const float* cos, const float* sin, size_t stride, bool tables, float* HWY_RESTRICT x) {
   const DF df;
   const DI di;
   constexpr int N = int(hn::MaxLanes(DF()));
-  if constexpr (N < 8) {
-    DecodeRowScalar(row, d, levels, bits, offset, cos16, sin16, x);
+  if (N < 8 || !tables) {
+    DecodeRowScalar(row, d, levels, bits, offset, cos, sin, stride, x);
   } else {
     alignas(64) float a[kMaxDim + kSlack], b[kMaxDim + kSlack];
     float* r = a;
@@ -96,7 +99,7 @@ void DecodeRow(const uint8_t* HWY_RESTRICT row, int d, int levels, const int* bi
           idx = hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, hn::LoadMaskBits(df, bytes)), hn::Set(di, 1 << j)));
         }
         const VF p = hn::LoadU(df, r + i0);
-        const VF c = Lookup16(cos16 + 16 * (l - 1), idx), s = Lookup16(sin16 + 16 * (l - 1), idx);
+        const VF c = Lookup16(cos + stride * size_t(l - 1), idx), s = Lookup16(sin + stride * size_t(l - 1), idx);
         hn::StoreInterleaved2(hn::Mul(p, c), hn::Mul(p, s), df, out + 2 * i0);
       }
       if (l == 1 && out != x) std::copy_n(out, d, x);
@@ -113,9 +116,9 @@ HWY_AFTER_NAMESPACE();
 namespace vq::kv::polar {
 HWY_EXPORT(DecodeRow);
 
-void decode_row(const uint8_t* row, int d, int levels, const int* bits, const size_t* offset, const float* cos16,
-                const float* sin16, float* x) {
-  HWY_DYNAMIC_DISPATCH(DecodeRow)(row, d, levels, bits, offset, cos16, sin16, x);
+void decode_row(const uint8_t* row, int d, int levels, const int* bits, const size_t* offset, const float* cos,
+                const float* sin, size_t stride, bool tables, float* x) {
+  HWY_DYNAMIC_DISPATCH(DecodeRow)(row, d, levels, bits, offset, cos, sin, stride, tables, x);
 }
 }  // namespace vq::kv::polar
 #endif
