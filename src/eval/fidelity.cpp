@@ -147,25 +147,60 @@ std::vector<LayerCapture> capture_layers(const engine::Model& model, const std::
   return capture.take();
 }
 
-MethodFidelity measure_method(const kv::Method& method, const std::vector<LayerCapture>& caps, int n_queries) {
+MethodFidelity summarize_layers(std::vector<LayerFidelity> layers) {
   MethodFidelity m;
   LayerFidelity& mean = m.mean;
-  for (size_t l = 0; l < caps.size(); ++l) {
-    const LayerFidelity f = measure_layer(method, caps[l], n_queries);
-    mean.key_rel_mse += f.key_rel_mse / double(caps.size());
-    mean.key_cos += f.key_cos / double(caps.size());
-    mean.value_rel_mse += f.value_rel_mse / double(caps.size());
-    mean.value_cos += f.value_cos / double(caps.size());
-    mean.score_rel_err += f.score_rel_err / double(caps.size());
-    mean.mass_moved += f.mass_moved / double(caps.size());
-    mean.out_rel_err += f.out_rel_err / double(caps.size());
+  const double n = double(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerFidelity& f = layers[l];
+    mean.key_rel_mse += f.key_rel_mse / n;
+    mean.key_cos += f.key_cos / n;
+    mean.value_rel_mse += f.value_rel_mse / n;
+    mean.value_cos += f.value_cos / n;
+    mean.score_rel_err += f.score_rel_err / n;
+    mean.mass_moved += f.mass_moved / n;
+    mean.out_rel_err += f.out_rel_err / n;
     if (f.out_rel_err > m.worst_out_rel_err) {
       m.worst_out_rel_err = f.out_rel_err;
       m.worst_layer = int(l);
     }
-    m.layers.push_back(f);
+    if (f.key_rel_mse > m.worst_key_rel_mse) {
+      m.worst_key_rel_mse = f.key_rel_mse;
+      m.worst_key_layer = int(l);
+    }
   }
+  m.layers = std::move(layers);
   return m;
+}
+
+MethodFidelity measure_method(const kv::Method& method, const std::vector<LayerCapture>& caps, int n_queries) {
+  std::vector<LayerFidelity> layers;
+  for (const LayerCapture& cap : caps) layers.push_back(measure_layer(method, cap, n_queries));
+  return summarize_layers(std::move(layers));
+}
+
+SeedFidelity summarize_seeds(const std::vector<MethodFidelity>& runs) {
+  VQ_ASSERT(!runs.empty());
+  const size_t n_layers = runs[0].layers.size();
+  const double n = double(runs.size());
+  std::vector<LayerFidelity> layers(n_layers);
+  std::vector<double> worst_key;
+  for (const MethodFidelity& r : runs) {
+    VQ_ASSERT(r.layers.size() == n_layers);
+    for (size_t l = 0; l < n_layers; ++l) {
+      const LayerFidelity& f = r.layers[l];
+      LayerFidelity& m = layers[l];
+      m.key_rel_mse += f.key_rel_mse / n;
+      m.key_cos += f.key_cos / n;
+      m.value_rel_mse += f.value_rel_mse / n;
+      m.value_cos += f.value_cos / n;
+      m.score_rel_err += f.score_rel_err / n;
+      m.mass_moved += f.mass_moved / n;
+      m.out_rel_err += f.out_rel_err / n;
+    }
+    worst_key.push_back(r.worst_key_rel_mse);
+  }
+  return SeedFidelity{runs, summarize_layers(std::move(layers)), spread_of(worst_key)};
 }
 
 }  // namespace vq::eval

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/engine/model.h"
+#include "src/eval/seed_sweep.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/method.h"
 
@@ -52,14 +53,29 @@ class CaptureObserver final : public kv::CacheObserver {
 std::vector<LayerCapture> capture_layers(const engine::Model& model, const std::vector<int32_t>& tokens);
 
 // One method over every layer: each layer's metrics, their mean (each metric summed as
-// metric / layers, in layer order) and the layer with the largest out_rel_err (the first of
-// equals; layer 0 with worst_out_rel_err 0 if none is above 0).
+// metric / layers, in layer order), the layer with the largest out_rel_err and the one with the
+// largest key_rel_mse (each the first of equals; layer 0 with 0 if none is above 0).
 struct MethodFidelity {
   std::vector<LayerFidelity> layers;
   LayerFidelity mean;
   double worst_out_rel_err = 0;
   int worst_layer = 0;
+  double worst_key_rel_mse = 0;
+  int worst_key_layer = 0;
 };
 MethodFidelity measure_method(const kv::Method& method, const std::vector<LayerCapture>& caps, int n_queries);
+// The same summary of per-layer metrics (as measure_method gives it).
+MethodFidelity summarize_layers(std::vector<LayerFidelity> layers);
+
+// One spec over the seeds of a sweep (seed_variants): `mean` holds per layer the mean over seeds
+// of each metric, summarized as measure_method does; `worst_key` is the spread over seeds of
+// each seed's worst-layer key_rel_mse.
+struct SeedFidelity {
+  std::vector<MethodFidelity> runs;
+  MethodFidelity mean;
+  Spread worst_key;
+};
+// runs: one per seed, in seed order, over the same layers (not empty).
+SeedFidelity summarize_seeds(const std::vector<MethodFidelity>& runs);
 
 }  // namespace vq::eval

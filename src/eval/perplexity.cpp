@@ -73,6 +73,30 @@ PerplexityScore score(const PerplexityTally& t) {
   return s;
 }
 
+SeedScores score_seeds(const std::vector<PerplexityScore>& runs) {
+  VQ_ASSERT(!runs.empty());
+  SeedScores out;
+  out.runs = runs;
+  const auto field = [&](double PerplexityScore::*f) {
+    std::vector<double> v;
+    for (const PerplexityScore& r : runs) v.push_back(r.*f);
+    return spread_of(v);
+  };
+  PerplexityScore& m = out.mean;
+  m = runs[0];
+  out.ppl = field(&PerplexityScore::ppl);
+  out.kl_mean = field(&PerplexityScore::kl_mean);
+  m.ppl = out.ppl.mean;
+  m.kl_mean = out.kl_mean.mean;
+  m.ppl_stderr = field(&PerplexityScore::ppl_stderr).mean;
+  m.kl_p99 = field(&PerplexityScore::kl_p99).mean;
+  m.top1_agreement = field(&PerplexityScore::top1_agreement).mean;
+  for (const PerplexityScore& r : runs) {
+    VQ_ASSERT(r.tokens_scored == m.tokens_scored && r.compared == m.compared);
+  }
+  return out;
+}
+
 std::vector<PerplexityTally> run_perplexity(
     const engine::Model& model, const std::vector<kv::Method>& methods, const std::vector<int32_t>& tokens,
     const PerplexityRun& run, const std::function<void(int64_t, const std::vector<PerplexityTally>&)>& progress) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/engine/model.h"
+#include "src/eval/seed_sweep.h"
 #include "veloxquant/kv/method.h"
 
 namespace vq::eval {
@@ -48,6 +49,17 @@ struct PerplexityScore {
 // The perplexity and its standard error (llama-perplexity's), and the comparison with the
 // reference: mean and 99th-percentile KL, top-1 agreement, the reference's perplexity.
 PerplexityScore score(const PerplexityTally& t);
+
+// One spec over the seeds of a sweep (seed_variants): each seed's score, their means and the
+// spread of the perplexity and the mean KL. Every field of `mean` is the mean over seeds of that
+// field (tokens_scored and ppl_fp16 are the same for every seed: the same tokens, one reference).
+struct SeedScores {
+  std::vector<PerplexityScore> runs;
+  PerplexityScore mean;
+  Spread ppl, kl_mean;
+};
+// runs: one score per seed, in seed order (not empty; all compared, or none).
+SeedScores score_seeds(const std::vector<PerplexityScore>& runs);
 
 struct PerplexityRun {
   int64_t n_ctx = 512, n_chunks = 0;
