@@ -2,7 +2,10 @@
 // queries, keys and values, and reports per method and per layer what the method does to them:
 // key and value relative MSE and cosine, relative error of the q.k scores, share of attention
 // mass that moves, and relative error of the attention output. Real activations show what
-// synthetic data hides: outlier channels, attention sinks, per-layer differences.
+// synthetic data hides: outlier channels, attention sinks, per-layer differences. With --seeds N,
+// a method that draws a random rotation or sketch is measured with N consecutive seeds
+// (src/eval/seed_sweep.h): its figures are the means over seeds, and the spread of the worst
+// layer's key error is reported.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -24,7 +27,7 @@ Runner add_fidelity_command(CLI::App& app) {
     std::string model, file;
     std::vector<std::string> kv, calib;
     int64_t tokens = 1024;
-    int queries = 32, threads = 2;
+    int queries = 32, threads = 2, seeds = 1;
     bool json = false, per_layer = false;
   };
   auto o = std::make_shared<Opts>();
@@ -34,11 +37,15 @@ Runner add_fidelity_command(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "Tokens of the text to run")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
   cmd->add_option("--queries", o->queries, "Last query tokens whose attention is compared")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--seeds", o->seeds,
+                  "Seeds per method that draws a random rotation or sketch: the spec's seed and the next N-1; "
+                  "figures are means over seeds, with the worst-layer key error's min/mean/max")
+      ->check(CLI::Range(1, eval::kMaxSeeds));
   cmd->add_flag("--per-layer", o->per_layer, "Print every layer, not only the mean and the worst");
   cmd->add_flag("--json", o->json, "Print one JSON object (always per layer)");
   add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
-    for (const auto& s : o->kv) kv::parse_method(s);
+    for (const auto& s : o->kv) eval::seed_variants(s, o->seeds);
   });
   return [o]() {
     set_num_threads(o->threads);
@@ -62,6 +69,7 @@ Runner add_fidelity_command(CLI::App& app) {
     std::vector<std::vector<std::string>> table = {
         {"spec", "bits/elem", "key rMSE", "key cos", "val rMSE", "val cos", "score rErr", "mass moved", "out rErr",
          "worst out rErr"}};
+    if (o->seeds > 1) table[0].insert(table[0].end(), {"seeds", "worst-layer key rMSE min / mean / max"});
     const auto metrics_json = [](const eval::LayerFidelity& f) {
       return nlohmann::json{{"key_rel_mse", f.key_rel_mse},     {"key_cos", f.key_cos},
                             {"value_rel_mse", f.value_rel_mse}, {"value_cos", f.value_cos},
@@ -69,10 +77,18 @@ Runner add_fidelity_command(CLI::App& app) {
                             {"out_rel_err", f.out_rel_err}};
     };
     for (const auto& spec : o->kv) {
-      const kv::Method method = method_for_model(spec, o->calib, *model);
+      const std::vector<eval::SeedVariant> variants = eval::seed_variants(spec, o->seeds);
+      std::vector<kv::Method> methods;
+      std::vector<eval::MethodFidelity> runs;
+      for (const eval::SeedVariant& v : variants) {
+        methods.push_back(method_for_model(v.spec, o->calib, *model));
+        runs.push_back(eval::measure_method(methods.back(), caps, o->queries));
+      }
+      const kv::Method& method = methods[0];
       const int d = model->config().head_dim;
       const double bits = (method.keys().key_bits(d) + method.values().value_bits(d)) / 2;
-      const eval::MethodFidelity m = eval::measure_method(method, caps, o->queries);
+      const eval::SeedFidelity seeded = eval::summarize_seeds(runs);
+      const eval::MethodFidelity& m = runs.size() > 1 ? seeded.mean : runs[0];
       const eval::LayerFidelity& mean = m.mean;
       const double worst = m.worst_out_rel_err;
       const int worst_layer = m.worst_layer;
@@ -93,12 +109,35 @@ Runner add_fidelity_command(CLI::App& app) {
       auto j = nlohmann::json{{"spec", method.spec()}, {"bits_per_element", bits}, {"layers", layers},
                               {"mean", metrics_json(mean)}, {"worst_out_rel_err", worst},
                               {"worst_layer", worst_layer}};
+      const eval::Spread& wk = seeded.worst_key;
+      if (o->seeds > 1) {
+        j["n_seeds"] = runs.size();
+        j["worst_key_rel_mse"] = nlohmann::json{{"min", wk.min}, {"mean", wk.mean}, {"max", wk.max}};
+      }
+      if (runs.size() > 1) {
+        nlohmann::json per_seed = nlohmann::json::array();
+        for (size_t r = 0; r < runs.size(); ++r) {
+          per_seed.push_back(nlohmann::json{{"seed", variants[r].seed},
+                                            {"spec", methods[r].spec()},
+                                            {"mean", metrics_json(runs[r].mean)},
+                                            {"worst_key_rel_mse", runs[r].worst_key_rel_mse},
+                                            {"worst_key_layer", runs[r].worst_key_layer},
+                                            {"worst_out_rel_err", runs[r].worst_out_rel_err},
+                                            {"worst_layer", runs[r].worst_layer}});
+        }
+        j["seeds"] = per_seed;
+      }
       results.push_back(j);
       table.push_back({method.spec(), fmt::format("{:.3f}", bits), fmt::format("{:.2e}", mean.key_rel_mse),
                        fmt::format("{:.4f}", mean.key_cos), fmt::format("{:.2e}", mean.value_rel_mse),
                        fmt::format("{:.4f}", mean.value_cos), fmt::format("{:.2e}", mean.score_rel_err),
                        fmt::format("{:.4f}", mean.mass_moved), fmt::format("{:.2e}", mean.out_rel_err),
                        fmt::format("{:.2e} (layer {})", worst, worst_layer)});
+      if (o->seeds > 1) {
+        table.back().insert(table.back().end(), {std::to_string(runs.size()),
+                                                 fmt::format("{:.2e} / {:.2e} / {:.2e}", wk.min, wk.mean, wk.max)});
+        for (auto& row : layer_rows) row.insert(row.end(), {"", ""});
+      }
       if (o->per_layer) table.insert(table.end(), layer_rows.begin(), layer_rows.end());
     }
     if (o->json) {
@@ -108,6 +147,10 @@ Runner add_fidelity_command(CLI::App& app) {
     } else {
       fmt::print("fidelity on {} tokens of {} (attention of the last {} query tokens), means over {} layers\n\n",
                  o->tokens, o->file, o->queries, caps.size());
+      if (o->seeds > 1) {
+        fmt::print("rows with several seeds: means over seeds; worst-layer key rMSE: each seed's largest key rMSE "
+                   "over layers\n\n");
+      }
       print_table(table);
     }
     return 0;
