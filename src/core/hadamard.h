@@ -23,6 +23,9 @@ class RandomizedHadamard {
   void forward(float* x) const;
   // x <- D H x / sqrt(n), the inverse (and transpose) of forward.
   void inverse(float* x) const;
+  // forward / inverse on `rows` vectors `stride` floats apart, the same bits as one at a time.
+  void forward_rows(float* x, size_t rows, size_t stride) const;
+  void inverse_rows(float* x, size_t rows, size_t stride) const;
   // Bytes the rotation keeps (one sign per coordinate, stored as floats here).
   size_t bytes() const { return signs_.size() * sizeof(float); }
 

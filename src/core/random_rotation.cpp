@@ -90,6 +90,16 @@ void RandomRotation::inverse(float* x) const {
   for (size_t c = 0; c < n_; ++c) x[c] = float(y[c]);
 }
 
+void RandomRotation::forward_rows(float* x, size_t rows, size_t stride) const {
+  if (hadamard_) return hadamard_->forward_rows(x, rows, stride);
+  for (size_t r = 0; r < rows; ++r) forward(x + r * stride);
+}
+
+void RandomRotation::inverse_rows(float* x, size_t rows, size_t stride) const {
+  if (hadamard_) return hadamard_->inverse_rows(x, rows, stride);
+  for (size_t r = 0; r < rows; ++r) inverse(x + r * stride);
+}
+
 size_t RandomRotation::bytes() const { return hadamard_ ? hadamard_->bytes() : q_.size() * sizeof(float); }
 
 }  // namespace vq

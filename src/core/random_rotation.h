@@ -26,6 +26,10 @@ class RandomRotation {
   void forward(float* x) const;
   // x <- Q^T x, the inverse of forward.
   void inverse(float* x) const;
+  // forward / inverse on `rows` vectors `stride` floats apart (one call for a batch of short
+  // rows), the same bits as one at a time.
+  void forward_rows(float* x, size_t rows, size_t stride) const;
+  void inverse_rows(float* x, size_t rows, size_t stride) const;
   // Bytes the rotation keeps: the signs of the Hadamard form, or the dense matrix.
   size_t bytes() const;
 

@@ -92,6 +92,36 @@ TEST(RandomRotation, DenseIsHaarDistributed) {
   EXPECT_NEAR(sq_last * n, 1.0, 0.08);
 }
 
+// The batched forms give each row the bits of forward / inverse one row at a time, for the
+// Hadamard form at every in-register size and above, and for the dense form; rows between the
+// strides are not touched.
+TEST(RandomRotation, RowsAreOneAtATime) {
+  for (size_t n : {4, 8, 16, 32, 64, 128, 256, 48}) {
+    const RandomRotation rot(n, 5);
+    const size_t rows = 5, stride = n + 3;
+    Rng rng(n);
+    std::vector<float> x(rows * stride);
+    for (auto& v : x) v = float(rng.normal());
+    for (int inverse = 0; inverse < 2; ++inverse) {
+      std::vector<float> batch = x, one = x;
+      if (inverse) {
+        rot.inverse_rows(batch.data(), rows, stride);
+      } else {
+        rot.forward_rows(batch.data(), rows, stride);
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        if (inverse) {
+          rot.inverse(one.data() + r * stride);
+        } else {
+          rot.forward(one.data() + r * stride);
+        }
+      }
+      EXPECT_EQ(batch, one) << "n " << n << (inverse ? " inverse" : " forward");
+      EXPECT_NE(batch, x);
+    }
+  }
+}
+
 TEST(RandomRotation, RefusesTooLargeDense) {
   EXPECT_THROW(RandomRotation(RandomRotation::kMaxDense + 1, 1), Error);
   EXPECT_THROW(RandomRotation(0, 1), Error);

@@ -247,6 +247,16 @@ TEST(Method_turbo, OutlierSplitFusedEqualsReference) {
   check_all("turbo:bits=1,outliers=32", {128}, 64);          // 32 by Hadamard, 96 dense
 }
 
+// Rows move between channels and the two parts by compress and expand on AVX-512, by a walk over
+// the channels elsewhere and past the last whole 16 channels (head_dim 72): every target.
+TEST(Method_turbo, OutlierSplitEveryTargetMatchesReference) {
+  const int tried = for_each_supported_target([] {
+    check_all("turbo:bits=2,outliers=64", {128}, 64);
+    check_all("turbo:bits=2,outliers=36,group=16", {72}, 48);
+  });
+  EXPECT_GE(tried, 2);
+}
+
 TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
   // 2 bits + 64 of 128 channels at one more, two fp16 norms per token, a 128-bit mask per 32 tokens.
   EXPECT_DOUBLE_EQ(parse_method("turbo:bits=2,outliers=64").bits_per_element(128), 2.5 + 32.0 / 128 + 1.0 / 32);

@@ -42,6 +42,7 @@
 #include "src/core/random_rotation.h"
 #include "src/kv/kernels/lut_kernels.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
+#include "src/kv/methods/turbo/turbo_split_kernels.h"
 #include "src/kv/outlier_channels.h"
 #include "src/kv/registry.h"
 #include "veloxquant/error.h"
@@ -53,8 +54,8 @@ uint64_t part_seed(uint64_t seed, int part) {
   return (seed ^ 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull + uint64_t(part);
 }
 
-// The channels of a group, ascending: the outliers, then the rest (refilled block after block,
-// so a pass over a run allocates once).
+// The channels of a group with a damaged mask, ascending: the outliers, then the rest. (An intact
+// mask moves rows through turbo_split_kernels.h without lists.)
 struct Channels {
   std::vector<int> hi, lo;
   std::vector<uint8_t> in_hi;  // scratch: channel c is in hi
@@ -90,60 +91,63 @@ class TurboSplit {
     } else {
       for (int c = 0; c < n_; ++c) block[c / 8] |= uint8_t(1u << (c % 8));
     }
-    Channels ch;
-    channels(block, &ch);
-    const int rest = s_.d - n_;
-    std::vector<float> y(size_t(s_.d)), yh(size_t(s_.group) * n_), yl(size_t(s_.group) * rest);
-    for (int t = 0; t < s_.group; ++t) {
-      to_rotated(ch, x + size_t(t) * s_.d, y.data());
-      std::copy_n(y.data(), n_, yh.data() + size_t(t) * n_);
-      std::copy_n(y.data() + n_, rest, yl.data() + size_t(t) * rest);
-    }
+    std::vector<float> yh(part_floats(s_.group, n_)), yl(part_floats(s_.group, s_.d - n_));
+    to_parts(block, x, size_t(s_.d), s_.group, yh.data(), yl.data());
     uint8_t* hb = block + mask_bytes_;
     uint8_t* lb = hb + size_t(subs_) * hi_->block_bytes();
     for (int j = 0; j < subs_; ++j) {
       hi_->encode(yh.data() + size_t(j) * kTurboBlockTokens * n_, 0, hb + size_t(j) * hi_->block_bytes());
-      lo_->encode(yl.data() + size_t(j) * kTurboBlockTokens * rest, 0, lb + size_t(j) * lo_->block_bytes());
+      lo_->encode(yl.data() + size_t(j) * kTurboBlockTokens * (s_.d - n_), 0, lb + size_t(j) * lo_->block_bytes());
     }
   }
   void decode(const uint8_t* block, float* x) const {
-    Channels ch;
-    channels(block, &ch);
     const int rest = s_.d - n_;
-    std::vector<float> yh(size_t(s_.group) * n_), yl(size_t(s_.group) * rest), y(size_t(s_.d));
+    std::vector<float> yh(part_floats(s_.group, n_)), yl(part_floats(s_.group, rest));
     for (int j = 0; j < subs_; ++j) {
       hi_->decode(hi_blocks(block) + size_t(j) * hi_->block_bytes(), 0, yh.data() + size_t(j) * kTurboBlockTokens * n_);
       lo_->decode(lo_blocks(block) + size_t(j) * lo_->block_bytes(), 0, yl.data() + size_t(j) * kTurboBlockTokens * rest);
     }
     std::fill_n(x, size_t(s_.group) * s_.d, 0.0f);
-    for (int t = 0; t < s_.group; ++t) {
-      std::copy_n(yh.data() + size_t(t) * n_, n_, y.data());
-      std::copy_n(yl.data() + size_t(t) * rest, rest, y.data() + n_);
-      add_from_rotated(ch, y.data(), x + size_t(t) * s_.d);
+    add_from_parts(block, yh.data(), yl.data(), s_.group, x, size_t(s_.d));
+  }
+
+  // Floats of a buffer of `rows` part rows of `dim` floats, with the movers' slack.
+  static size_t part_floats(int rows, int dim) { return size_t(rows) * size_t(dim) + turbo_split::kPartSlack; }
+  // rows of x (channel space, x_stride apart) -> hi rows R_hi x_hi (n floats apart) and lo rows
+  // R_lo x_lo (d - n apart); hi and lo hold part_floats.
+  void to_parts(const uint8_t* mask, const float* x, size_t x_stride, int rows, float* hi, float* lo) const {
+    const int rest = s_.d - n_;
+    if (!turbo_split::gather_parts(x, x_stride, rows, mask, s_.d, n_, hi, lo)) {
+      Channels ch;
+      channels(mask, &ch);
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = x + size_t(r) * x_stride;
+        for (int j = 0; j < n_; ++j) hi[size_t(r) * n_ + j] = xr[ch.hi[size_t(j)]];
+        for (int j = 0; j < rest; ++j) lo[size_t(r) * rest + j] = xr[ch.lo[size_t(j)]];
+      }
+    }
+    rot_hi_.forward_rows(hi, size_t(rows), size_t(n_));
+    rot_lo_.forward_rows(lo, size_t(rows), size_t(rest));
+  }
+  // acc rows (acc_stride apart) += the channel-space vectors whose rotated parts are the rows of
+  // hi and lo (laid out as to_parts writes them; both are overwritten).
+  void add_from_parts(const uint8_t* mask, float* hi, float* lo, int rows, float* acc, size_t acc_stride) const {
+    const int rest = s_.d - n_;
+    rot_hi_.inverse_rows(hi, size_t(rows), size_t(n_));
+    rot_lo_.inverse_rows(lo, size_t(rows), size_t(rest));
+    if (turbo_split::scatter_add_parts(hi, lo, rows, mask, s_.d, n_, acc, acc_stride)) return;
+    Channels ch;
+    channels(mask, &ch);
+    for (int r = 0; r < rows; ++r) {
+      float* a = acc + size_t(r) * acc_stride;
+      for (int j = 0; j < n_; ++j) a[ch.hi[size_t(j)]] += hi[size_t(r) * n_ + j];
+      for (int j = 0; j < rest; ++j) a[ch.lo[size_t(j)]] += lo[size_t(r) * rest + j];
     }
   }
 
-  // A mask with other than N channels marked (a damaged saved cache) still gives N and d - N
-  // channels: the first N marked ones, completed by the first unmarked ones.
+  // The channels of a damaged mask (a saved cache's, with other than N channels marked): the first
+  // N marked ones, completed by the first unmarked ones, ascending, and the rest.
   void channels(const uint8_t* block, Channels* ch) const {
-    // An intact mask (N channels marked, none past d): one pass, both lists ascending, without
-    // branches (a mask's bits are as good as random: a branch per channel mispredicted half the
-    // time and was over a quarter of the attention time).
-    ch->hi.resize(size_t(s_.d));
-    ch->lo.resize(size_t(s_.d));
-    int h = 0, l = 0;
-    for (int c = 0; c < s_.d; ++c) {
-      const int bit = (block[c / 8] >> (c % 8)) & 1;
-      ch->hi[size_t(h)] = c;
-      ch->lo[size_t(l)] = c;
-      h += bit;
-      l += 1 - bit;
-    }
-    if (h == n_ && (s_.d % 8 == 0 || (block[s_.d / 8] >> (s_.d % 8)) == 0)) {
-      ch->hi.resize(size_t(h));
-      ch->lo.resize(size_t(l));
-      return;
-    }
     ch->hi.clear();
     ch->lo.clear();
     ch->in_hi.assign(size_t(s_.d), 0);
@@ -157,20 +161,6 @@ class TurboSplit {
     for (int c = 0; c < s_.d; ++c) {
       if (!ch->in_hi[size_t(c)]) ch->lo.push_back(c);
     }
-  }
-  // x in channel space -> [R_hi x_hi | R_lo x_lo].
-  void to_rotated(const Channels& ch, const float* x, float* y) const {
-    for (int j = 0; j < n_; ++j) y[j] = x[ch.hi[size_t(j)]];
-    for (int j = 0; j < s_.d - n_; ++j) y[n_ + j] = x[ch.lo[size_t(j)]];
-    rot_hi_.forward(y);
-    rot_lo_.forward(y + n_);
-  }
-  // acc += the channel-space vector whose rotated parts are y (y is overwritten).
-  void add_from_rotated(const Channels& ch, float* y, float* acc) const {
-    rot_hi_.inverse(y);
-    rot_lo_.inverse(y + n_);
-    for (int j = 0; j < n_; ++j) acc[ch.hi[size_t(j)]] += y[j];
-    for (int j = 0; j < s_.d - n_; ++j) acc[ch.lo[size_t(j)]] += y[n_ + j];
   }
 
   // fn(block, first token of the block in [i0, i1), its slot in the block, how many) for the
@@ -224,16 +214,15 @@ class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {
     const TurboSplit<KeyCodec>& sp = split();
-    const int d = head_dim(), G = sp.group();
+    const int d = head_dim(), G = sp.group(), N = sp.n();
     const size_t sh = sp.hi().query_state_floats(), sl = sp.lo().query_state_floats();
-    std::vector<float> y(static_cast<size_t>(d)), st_hi(size_t(n_q) * sh), st_lo(size_t(n_q) * sl), lo(size_t(n_q) * G);
-    Channels ch;
+    std::vector<float> yh(sp.part_floats(n_q, N)), yl(sp.part_floats(n_q, d - N)), st_hi(size_t(n_q) * sh),
+        st_lo(size_t(n_q) * sl), lo(size_t(n_q) * G);
     sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
-      sp.channels(block, &ch);
+      sp.to_parts(block, states, size_t(d), n_q, yh.data(), yl.data());
       for (int r = 0; r < n_q; ++r) {
-        sp.to_rotated(ch, states + size_t(r) * d, y.data());
-        sp.hi().prepare_query(y.data(), st_hi.data() + size_t(r) * sh, ws);
-        sp.lo().prepare_query(y.data() + sp.n(), st_lo.data() + size_t(r) * sl, ws);
+        sp.hi().prepare_query(yh.data() + size_t(r) * N, st_hi.data() + size_t(r) * sh, ws);
+        sp.lo().prepare_query(yl.data() + size_t(r) * (d - N), st_lo.data() + size_t(r) * sl, ws);
       }
       float* dst = out + (a - i0);
       sp.hi().scores(st_hi.data(), n_q, sp.hi_blocks(block), 0, t0, t0 + n, dst, out_stride, ws);
@@ -256,22 +245,16 @@ class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
     const TurboSplit<ValueCodec>& sp = split();
     const int d = head_dim(), N = sp.n();
     const size_t ah = sp.hi().accum_floats(), al = sp.lo().accum_floats();
-    std::vector<float> acc_hi(size_t(n_q) * ah), acc_lo(size_t(n_q) * al), fin_hi(size_t(n_q) * N),
-        fin_lo(size_t(n_q) * (d - N)), y(static_cast<size_t>(d));
-    Channels ch;
+    std::vector<float> acc_hi(size_t(n_q) * ah), acc_lo(size_t(n_q) * al), fin_hi(sp.part_floats(n_q, N)),
+        fin_lo(sp.part_floats(n_q, d - N));
     sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
-      sp.channels(block, &ch);
       std::fill(acc_hi.begin(), acc_hi.end(), 0.0f);
       std::fill(acc_lo.begin(), acc_lo.end(), 0.0f);
       sp.hi().accumulate(w + (a - i0), w_stride, n_q, sp.hi_blocks(block), 0, t0, t0 + n, acc_hi.data(), ws);
       sp.lo().accumulate(w + (a - i0), w_stride, n_q, sp.lo_blocks(block), 0, t0, t0 + n, acc_lo.data(), ws);
       sp.hi().finalize(acc_hi.data(), n_q, fin_hi.data());
       sp.lo().finalize(acc_lo.data(), n_q, fin_lo.data());
-      for (int r = 0; r < n_q; ++r) {
-        std::copy_n(fin_hi.data() + size_t(r) * N, N, y.data());
-        std::copy_n(fin_lo.data() + size_t(r) * (d - N), d - N, y.data() + N);
-        sp.add_from_rotated(ch, y.data(), acc + size_t(r) * d);
-      }
+      sp.add_from_parts(block, fin_hi.data(), fin_lo.data(), n_q, acc, size_t(d));
     });
   }
   void finalize(const float* acc, int n_q, float* out) const override {
