@@ -147,19 +147,28 @@ std::vector<LayerCapture> capture_layers(const engine::Model& model, const std::
   return capture.take();
 }
 
+namespace {
+
+// mean += f / n, figure by figure: one term of a mean over n layers or n seeds.
+void add_share(const LayerFidelity& f, double n, LayerFidelity* mean) {
+  mean->key_rel_mse += f.key_rel_mse / n;
+  mean->key_cos += f.key_cos / n;
+  mean->value_rel_mse += f.value_rel_mse / n;
+  mean->value_cos += f.value_cos / n;
+  mean->score_rel_err += f.score_rel_err / n;
+  mean->mass_moved += f.mass_moved / n;
+  mean->out_rel_err += f.out_rel_err / n;
+}
+
+}  // namespace
+
 MethodFidelity summarize_layers(std::vector<LayerFidelity> layers) {
   MethodFidelity m;
   LayerFidelity& mean = m.mean;
   const double n = double(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerFidelity& f = layers[l];
-    mean.key_rel_mse += f.key_rel_mse / n;
-    mean.key_cos += f.key_cos / n;
-    mean.value_rel_mse += f.value_rel_mse / n;
-    mean.value_cos += f.value_cos / n;
-    mean.score_rel_err += f.score_rel_err / n;
-    mean.mass_moved += f.mass_moved / n;
-    mean.out_rel_err += f.out_rel_err / n;
+    add_share(f, n, &mean);
     if (f.out_rel_err > m.worst_out_rel_err) {
       m.worst_out_rel_err = f.out_rel_err;
       m.worst_layer = int(l);
@@ -188,15 +197,7 @@ SeedFidelity summarize_seeds(const std::vector<MethodFidelity>& runs) {
   for (const MethodFidelity& r : runs) {
     VQ_ASSERT(r.layers.size() == n_layers);
     for (size_t l = 0; l < n_layers; ++l) {
-      const LayerFidelity& f = r.layers[l];
-      LayerFidelity& m = layers[l];
-      m.key_rel_mse += f.key_rel_mse / n;
-      m.key_cos += f.key_cos / n;
-      m.value_rel_mse += f.value_rel_mse / n;
-      m.value_cos += f.value_cos / n;
-      m.score_rel_err += f.score_rel_err / n;
-      m.mass_moved += f.mass_moved / n;
-      m.out_rel_err += f.out_rel_err / n;
+      add_share(r.layers[l], n, &layers[l]);
     }
     worst_key.push_back(r.worst_key_rel_mse);
   }
