@@ -14,7 +14,9 @@ using namespace vq::capi;
 namespace {
 
 constexpr char kMagic[9] = "VQKVCACH";
-constexpr uint32_t kVersion = 2;  // 2: QJL keys with outlier channels keep tokens in lanes
+constexpr uint32_t kVersion = 3;  // 2: QJL keys with outlier channels keep tokens in lanes;
+                                  // 3: KVQuant keeps tokens in lanes, its outlier slots hold the
+                                  //    difference from the dense decode
 
 vq::kv::RopeSpec::Style rope_style(vq::ByteReader& r) {
   const int64_t s = r.i64_in("rope style", 0, 2);

@@ -13,7 +13,7 @@ namespace vq::engine {
 
 namespace {
 constexpr char kMagic[9] = "VQKVSESS";
-constexpr uint32_t kVersion = 10;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
+constexpr uint32_t kVersion = 11;  // 2: the cache names its calibration; 3: q4 values keep channels in lanes;
                                    // 4: TurboQuant-MSE/RVQ blocks keep tokens in lanes (turbo_lanes.h);
                                    // 5: RaBitQ stores one factor per token (TurboQuant's rows and lanes),
                                    //    QJL keys without outlier channels keep tokens in lanes;
@@ -24,7 +24,9 @@ constexpr uint32_t kVersion = 10;  // 2: the cache names its calibration; 3: q4 
                                    // 8: TurboQuant's fractional split keeps each part as blocks of
                                    //    its own codec after the group's mask (turbo_split.cpp);
                                    // 9: TurboQuant-Prod blocks are two lane parts, codes and signs;
-                                   // 10: QJL keys with outlier channels keep tokens in lanes
+                                   // 10: QJL keys with outlier channels keep tokens in lanes;
+                                   // 11: KVQuant keeps tokens in lanes (kvquant_lanes.cpp) and its
+                                   //     outlier slots hold the difference from the dense decode
 }  // namespace
 
 void save_session(const std::string& path, const Session& session, const SessionState& state) {

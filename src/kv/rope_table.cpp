@@ -104,6 +104,15 @@ void RopeTable::rotate_by(float* x, const float* cs, const float* sn, bool inver
   }
 }
 
+void RopeTable::angle_columns(int cols, float* cos_t, float* sin_t) const {
+  for (int i = 0; i < half_; ++i) {
+    for (int b = 0; b < cols; ++b) {
+      cos_t[size_t(i) * cols + b] = identity() ? 1.0f : float(std::cos(b * theta_[size_t(i)]));
+      sin_t[size_t(i) * cols + b] = identity() ? 0.0f : float(std::sin(b * theta_[size_t(i)]));
+    }
+  }
+}
+
 void RopeTable::rotate_low_rows(float* x, size_t stride, int n, int b0, bool inverse) const {
   if (identity()) return;
   VQ_CHECK(b0 >= 0 && n >= 0 && b0 + n <= kSegment, "RoPE: rows beyond the low table");

@@ -43,6 +43,10 @@ class RopeTable {
   // Rows x + r * stride (r < n) rotated by the low-table angles of b0 + r (b0 + n <= 256), each
   // row's bits the same as rotate_by(row, low(b0 + r), ...) gives.
   void rotate_low_rows(float* x, size_t stride, int n, int b0, bool inverse) const;
+  // cos_t[i * cols + b] and sin_t[i * cols + b] = cos and sin of b theta_i for b < cols (the low
+  // table's values for b < 256, made the same way past it): a pair's angles at consecutive
+  // positions side by side, for kernels with tokens in the vector lanes. 1 and 0 without RoPE.
+  void angle_columns(int cols, float* cos_t, float* sin_t) const;
   // Bytes held: the low table and the segments made so far.
   size_t bytes() const;
 

@@ -144,36 +144,67 @@ TEST(Method_kvquant, PreRopeRoundTrip) {
   EXPECT_GT(key_round_trip(neox(), 4000, 4001), 5 * plain);
 }
 
-// Dense-and-sparse: the values outside the thresholds come back exactly (to fp16).
-TEST(Method_kvquant, OutliersKeptExactly) {
-  const int d = 128;
-  RopeSpec none;
-  const Calibrated c = calibrated("kvquant:bits=2,outliers=0.02", d, none);
-  CodecContext ctx = c.ctx();
-  ctx.rope = none;
-  const auto kc = c.method.keys().key_codec(ctx);
-  const auto vc = c.method.values().value_codec(ctx);
-  auto x = make_data(Data::kGaussian, 16, d, 12);
-  x[5] = 300.0f;       // far outside channel 5's calibrated range
-  x[d + 9] = -250.0f;  // token 1, channel 9
-  std::vector<uint8_t> kb(kc->block_bytes()), vb(vc->block_bytes());
-  kc->encode(x.data(), 0, kb.data());
-  vc->encode(x.data(), 0, vb.data());
-  std::vector<float> ky(x.size()), vy(x.size());
-  kc->decode(kb.data(), 0, ky.data());
-  vc->decode(vb.data(), 0, vy.data());
-  EXPECT_EQ(ky[5], 300.0f);
-  EXPECT_EQ(ky[size_t(d) + 9], -250.0f);
-  EXPECT_EQ(vy[5], 300.0f);
-  EXPECT_EQ(vy[size_t(d) + 9], -250.0f);
-  // And the rest of those tokens is not ruined by them.
-  double err = 0, den = 0;
-  for (int j = 0; j < d; ++j) {
-    if (j == 5) continue;
-    err += std::pow(double(vy[size_t(j)]) - x[size_t(j)], 2);
-    den += double(x[size_t(j)]) * x[size_t(j)];
+// The lane codecs (head sizes in whole groups of 32; NeoX pairs in whole groups per half) score
+// and accumulate as their reference on every target this CPU runs: both RoPE pairings and none,
+// every width, 600 tokens from position 17 (blocks that start in one segment of 256 positions and
+// end in the next, three segments), five query rows (a group of four and one alone), with and
+// without outliers. The row codecs serve d = 96 under NeoX.
+TEST(Method_kvquant, LanesEqualReferenceOnEveryTarget) {
+  RopeSpec norm;
+  norm.style = RopeSpec::Style::kNorm;
+  norm.base = 500000.0f;
+  const std::vector<std::pair<RopeSpec, std::vector<int>>> cases{{neox(), {64, 128, 96}}, {norm, {32, 128}}, {RopeSpec{}, {96}}};
+  for (const auto& [rope, dims] : cases) {
+    for (const int d : dims) {
+      for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4,outliers=0.05", "kvquant:outliers=0"}) {
+        SCOPED_TRACE(std::string(spec) + " d=" + std::to_string(d) + " style=" + std::to_string(int(rope.style)));
+        const Calibrated c = calibrated(spec, d, rope);
+        CodecContext ctx = c.ctx();
+        ctx.rope = rope;
+        const int targets = for_each_supported_target([&] {
+          check_fused_equals_reference(c.method, ctx, Data::kOutliers, 77 + uint64_t(d), 600, 5, 1e-5);
+        });
+        EXPECT_GE(targets, 2);
+      }
+    }
   }
-  EXPECT_LT(err / den, 0.2);
+}
+
+// Dense-and-sparse: the values outside the thresholds come back as their dense decode plus their
+// sparse difference, to fp16's precision on that difference (a relative 2^-11), in the lane
+// layout (d = 128) and the row layout (d = 100).
+TEST(Method_kvquant, OutliersComeBackToHalfPrecision) {
+  for (const int d : {128, 100}) {
+    SCOPED_TRACE(d);
+    RopeSpec none;
+    const Calibrated c = calibrated("kvquant:bits=2,outliers=0.02", d, none);
+    CodecContext ctx = c.ctx();
+    ctx.rope = none;
+    const auto kc = c.method.keys().key_codec(ctx);
+    const auto vc = c.method.values().value_codec(ctx);
+    auto x = make_data(Data::kGaussian, 16, d, 12);
+    x[5] = 300.0f;       // far outside channel 5's calibrated range
+    x[d + 9] = -250.0f;  // token 1, channel 9
+    std::vector<uint8_t> kb(kc->block_bytes()), vb(vc->block_bytes());
+    kc->encode(x.data(), 0, kb.data());
+    vc->encode(x.data(), 0, vb.data());
+    std::vector<float> ky(x.size()), vy(x.size());
+    kc->decode(kb.data(), 0, ky.data());
+    vc->decode(vb.data(), 0, vy.data());
+    const float tol = 300.0f / 1024;
+    EXPECT_NEAR(ky[5], 300.0f, tol);
+    EXPECT_NEAR(ky[size_t(d) + 9], -250.0f, tol);
+    EXPECT_NEAR(vy[5], 300.0f, tol);
+    EXPECT_NEAR(vy[size_t(d) + 9], -250.0f, tol);
+    // And the rest of those tokens is not ruined by them.
+    double err = 0, den = 0;
+    for (int j = 0; j < d; ++j) {
+      if (j == 5) continue;
+      err += std::pow(double(vy[size_t(j)]) - x[size_t(j)], 2);
+      den += double(x[size_t(j)]) * x[size_t(j)];
+    }
+    EXPECT_LT(err / den, 0.2);
+  }
 }
 
 // The paper's dense-and-sparse finding on outlier-heavy data: removing 1% of the values per

@@ -13,8 +13,8 @@
 //
 // Dense-and-sparse: per vector, the values outside the thresholds (per channel for keys,
 // calibrated at the outliers/2 and 1 - outliers/2 quantiles; per token for values, the
-// round(outliers * d) values whose removal shrinks the token's range most) are kept exactly
-// (fp16) with their channel index, and the rest is normalized and quantized. Q-Norm (qnorm=auto:
+// round(outliers * d) values whose removal shrinks the token's range most) are kept in fp16 with
+// their channel index, and the rest is normalized and quantized. Q-Norm (qnorm=auto:
 // at 2 bits, as the paper uses it) rescales the levels so that dequantized calibration data keeps
 // its mean and standard deviation. The first `sink` tokens stay fp16.
 //
@@ -25,16 +25,20 @@
 //   normalization scale, so the k-means objective is the error in attention's own units.
 //   weighted=0 gives the unweighted datatype for comparison.
 // - Outliers sit in a fixed number of slots per token, S = round(outliers * d), with a count byte
-//   for keys, instead of CSC/CSR arrays: blocks have a fixed size in this cache. Values always
+//   for keys, instead of CSC/CSR arrays: blocks have a fixed size in this cache. A slot holds the
+//   value minus its dense decode (the clipped code's level), so dense + sparse is the value (to
+//   fp16 on the difference); the fused paths add it without decoding the dense code. Values always
 //   fill their S slots. A key token with more than S out-of-range channels keeps the S farthest
 //   out; the others are clipped to the range.
 // - Key ranges are per channel of the layer, pooled over its KV heads (codecs are shared by the
 //   heads of a layer). Gemma 3 270M has one KV head, so there it is exactly the paper's.
 //
-// Row layouts (16 tokens per block, a row per token):
+// Layouts (16 tokens per block): tokens in the vector lanes where the head size allows
+// (kvquant_lanes.cpp), else a row per token (kvquant_codecs.cpp):
 //   key:   codes (B bit planes of ceil(d/8) bytes) | count (1) | S fp16 values | S channel indices (1 or 2 bytes)
 //   value: fp16 scale | fp16 zero | codes | S fp16 values | S channel indices
-// Bits per element are 8 * row bytes / d: everything stored per token counts. The per-layer
+// Both store those bytes per token. Bits per element are 8 * row bytes / d: everything stored per
+// token counts. The per-layer
 // ranges, levels and the RoPE table are the codec's parameter bytes.
 #include <fmt/format.h>
 
@@ -180,7 +184,7 @@ const MethodDef& kvquant_method() {
        "KVQuant: pre-RoPE per-channel keys, per-token values, calibrated nuq datatypes, dense-and-sparse outliers",
        {
            {"bits", ParamType::kInt, 3, 2, 4, "bits per code (the nuq datatype has 2^bits levels)", {}},
-           {"outliers", ParamType::kFloat, 0.01, 0.0, 0.1, "fraction of each vector kept exactly (fp16 + index)", {}},
+           {"outliers", ParamType::kFloat, 0.01, 0.0, 0.1, "fraction of each vector kept as fp16 sparse values (+ index)", {}},
            {"sink", ParamType::kInt, 1, 0, 1 << 16, "leading tokens kept in fp16 (attention sinks)", {}},
            {"weighted", ParamType::kBool, 1, 0, 1, "sensitivity-weighted k-means (0: unweighted)", {}},
            {"qnorm", ParamType::kChoice, 0, 0, 2, "Q-Norm of the levels (auto: at 2 bits)", {"auto", "off", "on"}},

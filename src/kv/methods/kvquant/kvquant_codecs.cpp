@@ -81,7 +81,8 @@ class KvqKeyCodec final : public KeyCodec {
     const Sparse sp = sparse(row);
     for (int i = 0; i < S_; ++i) {
       const bool used = i < int(out.size());
-      put_u16(sp.values + 2 * i, used ? to_f16(pre[size_t(out[size_t(i)].second)]) : 0);
+      const int c = used ? out[size_t(i)].second : 0;
+      put_u16(sp.values + 2 * i, used ? to_f16(pre[size_t(c)] - dense(c, codes[size_t(c)])) : 0);
       put_index(sp.indices + size_t(i) * ib_, ib_, used ? out[size_t(i)].second : 0);
     }
   }
@@ -129,6 +130,8 @@ class KvqKeyCodec final : public KeyCodec {
 
  private:
   Sparse sparse(uint8_t* row) const { return {row + cb_ + 1, row + cb_ + 1 + 2 * S_}; }
+  // Channel c's dense decode of `code`, before RoPE.
+  float dense(int c, int code) const { return mid_[size_t(c)] + half_[size_t(c)] * type_.levels[size_t(code)]; }
 
   void decode_row(const uint8_t* row, int64_t pos, float* x) const {
     decode_pre(row, x);
@@ -144,7 +147,7 @@ class KvqKeyCodec final : public KeyCodec {
     if (S_ == 0) return;
     for (int r = 0; r < n; ++r) {
       const uint8_t* row = rows + size_t(r) * row_;
-      patch_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x + size_t(r) * d_);
+      add_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x + size_t(r) * d_);
     }
   }
 
@@ -191,7 +194,8 @@ class KvqValueCodec final : public ValueCodec {
     uint8_t* vals = row + 4 + cb_;
     uint8_t* idx = vals + 2 * S_;
     for (int i = 0; i < S_; ++i) {
-      put_u16(vals + 2 * i, to_f16(x[outl[size_t(i)]]));
+      const int c = outl[size_t(i)];
+      put_u16(vals + 2 * i, to_f16(x[c] - (zero + scale * type_.levels[codes[size_t(c)]])));
       put_index(idx + size_t(i) * ib_, ib_, outl[size_t(i)]);
     }
   }
@@ -227,7 +231,7 @@ class KvqValueCodec final : public ValueCodec {
       zero[r] = f16_to_f32(get_u16(row + 2));
     }
     lut_affine_planes_rows(rows + 4, row_, n, d_, s_.bits, type_.levels.data(), zero, scale, x, size_t(d_));
-    for (int r = 0; r < n; ++r) patch_outliers(rows + size_t(r) * row_ + 4 + cb_, S_, S_, ib_, d_, x + size_t(r) * d_);
+    for (int r = 0; r < n; ++r) add_outliers(rows + size_t(r) * row_ + 4 + cb_, S_, S_, ib_, d_, x + size_t(r) * d_);
   }
 
   int d_;
@@ -240,9 +244,11 @@ class KvqValueCodec final : public ValueCodec {
 }  // namespace
 
 std::unique_ptr<KeyCodec> make_key_codec(const CodecContext& ctx, const Settings& s) {
+  if (key_lanes_apply(ctx.head_dim, ctx.rope)) return make_lane_key_codec(ctx, s);
   return std::make_unique<KvqKeyCodec>(ctx, s);
 }
 std::unique_ptr<ValueCodec> make_value_codec(const CodecContext& ctx, const Settings& s) {
+  if (value_lanes_apply(ctx.head_dim)) return make_lane_value_codec(ctx, s);
   return std::make_unique<KvqValueCodec>(ctx, s);
 }
 

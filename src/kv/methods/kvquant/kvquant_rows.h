@@ -59,19 +59,21 @@ inline void put_index(uint8_t* p, int ib, int c) {
 }
 inline int get_index(const uint8_t* p, int ib) { return ib == 1 ? int(*p) : int(get_u16(p)); }
 
-// The outlier slots of one row: S fp16 values then S indices.
+// The outlier slots of one row: S fp16 values then S indices. A slot's value is the sparse part of
+// dense-and-sparse: the channel's value minus its dense decode (the code's level in the range),
+// so dense + sparse gives the value back to the precision of fp16 on the difference.
 struct Sparse {
   uint8_t* values;
   uint8_t* indices;
 };
 
-// The first n of a row's S outlier slots (S fp16 values, then S indices of ib bytes) written
-// over x; an index outside the head (a damaged cache) is skipped.
-inline void patch_outliers(const uint8_t* slots, int n, int S, int ib, int d, float* x) {
+// The first n of a row's S outlier slots (S fp16 values, then S indices of ib bytes) added to
+// the dense decode x; an index outside the head (a damaged cache) is skipped.
+inline void add_outliers(const uint8_t* slots, int n, int S, int ib, int d, float* x) {
   const uint8_t* idx = slots + 2 * S;
   for (int i = 0; i < n; ++i) {
     const int c = get_index(idx + size_t(i) * ib, ib);
-    if (c < d) x[c] = f16_to_f32(get_u16(slots + 2 * i));
+    if (c < d) x[c] += f16_to_f32(get_u16(slots + 2 * i));
   }
 }
 
@@ -90,8 +92,14 @@ struct Datatype {
   uint8_t code(float u) const { return uint8_t(nearest_level(mids.data(), int(mids.size()), u)); }
 };
 
-// The codecs, built from a layer's calibration (checked by the method before).
+// The codecs, built from a layer's calibration (checked by the method before): the lane codecs
+// (kvquant_lanes.cpp) where they apply, the row codecs (kvquant_codecs.cpp) otherwise.
 std::unique_ptr<KeyCodec> make_key_codec(const CodecContext& ctx, const Settings& s);
 std::unique_ptr<ValueCodec> make_value_codec(const CodecContext& ctx, const Settings& s);
+// The lanes need whole groups of 32 channels, and NeoX pairs (i, i + d/2) whole groups in each half.
+bool key_lanes_apply(int d, const RopeSpec& rope);
+bool value_lanes_apply(int d);
+std::unique_ptr<KeyCodec> make_lane_key_codec(const CodecContext& ctx, const Settings& s);
+std::unique_ptr<ValueCodec> make_lane_value_codec(const CodecContext& ctx, const Settings& s);
 
 }  // namespace vq::kv::kvquant

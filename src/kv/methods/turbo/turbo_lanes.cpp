@@ -8,40 +8,28 @@
 #include <utility>
 
 #include "src/core/fp16.h"
+#include "src/kv/methods/turbo/lane_words.h"
 #include "src/kv/methods/turbo/turbo_lane_kernels.h"
 
 namespace vq::kv {
 namespace {
 
 constexpr int kSub = 16;
-constexpr int kGroup = 32;
+constexpr int kGroup = LaneWords::kGroup;
 constexpr size_t kScaleBytes = kSub * 2;
 
-// The block layout, scalar: the encoder and the plain reference decode.
+// The block layout, scalar: the encoder and the plain reference decode. The 16 fp16 scales,
+// then the code words.
 class LaneLayout {
  public:
-  LaneLayout(int d, int bits) : d_(d), bits_(bits) {}
-  size_t bytes() const { return kScaleBytes + size_t(2) * bits_ * d_; }  // = 16 rows of 2 + bits * d / 8 bytes
+  LaneLayout(int d, int bits) : words_(d, bits) {}
+  size_t bytes() const { return kScaleBytes + words_.bytes(); }
 
   void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* block) const {
     std::memcpy(block + 2 * t, &scale, 2);
-    for (int g = 0; g < d_ / kGroup; ++g) {
-      uint32_t w[4] = {0, 0, 0, 0};
-      for (int k = 0; k < kGroup; ++k) {
-        const uint32_t c = codes[g * kGroup + k];
-        const int o = bits_ * k, m = o / 32, s = o % 32;
-        w[m] |= c << s;
-        if (s + bits_ > 32) w[m + 1] |= c >> (32 - s);
-      }
-      for (int m = 0; m < bits_; ++m) std::memcpy(word(block, g, m, t), &w[m], 4);
-    }
+    words_.put(codes, t, block + kScaleBytes);
   }
-  int code(const uint8_t* block, int t, int c) const {
-    const int g = c / kGroup, o = bits_ * (c % kGroup), m = o / 32, s = o % 32;
-    uint64_t v = load(block, g, m, t);
-    if (s + bits_ > 32) v |= uint64_t(load(block, g, m + 1, t)) << 32;
-    return int((v >> s) & ((1u << bits_) - 1));
-  }
+  int code(const uint8_t* block, int t, int c) const { return words_.code(block + kScaleBytes, t, c); }
   float scale(const uint8_t* block, int t) const {
     uint16_t h;
     std::memcpy(&h, block + 2 * t, 2);
@@ -49,14 +37,7 @@ class LaneLayout {
   }
 
  private:
-  size_t offset(int g, int m, int t) const { return kScaleBytes + ((size_t(g) * bits_ + size_t(m)) * kSub + size_t(t)) * 4; }
-  uint8_t* word(uint8_t* block, int g, int m, int t) const { return block + offset(g, m, t); }
-  uint32_t load(const uint8_t* block, int g, int m, int t) const {
-    uint32_t v;
-    std::memcpy(&v, block + offset(g, m, t), 4);
-    return v;
-  }
-  int d_, bits_;
+  LaneWords words_;
 };
 
 }  // namespace
@@ -78,13 +59,16 @@ void TurboLanePart::put(const uint8_t* codes, uint16_t scale, int t, uint8_t* pa
   }
 }
 
+int TurboLanePart::code(const uint8_t* part, int t, int c) const {
+  return signs_ ? sign_lanes::code(part, t, c) : LaneLayout(d_, bits_).code(part, t, c);
+}
+
 void TurboLanePart::decode(const uint8_t* part, float* x) const {
   const LaneLayout layout(d_, bits_);
   for (int tok = 0; tok < kSub; ++tok) {
     const float s = layout.scale(part, tok);  // the scales come first in both layouts
     for (int c = 0; c < d_; ++c) {
-      const int code = signs_ ? sign_lanes::code(part, tok, c) : layout.code(part, tok, c);
-      x[size_t(tok) * d_ + c] = 0.0f + s * levels_[size_t(code)];
+      x[size_t(tok) * d_ + c] = 0.0f + s * levels_[size_t(code(part, tok, c))];
     }
   }
 }

@@ -3,8 +3,8 @@
 // kernels that read them (turbo_lane_kernels.cpp). The quantizer is the rows' own; only where the
 // codes sit differs from the row layout, so bits per element are unchanged.
 //
-// A block holds 16 tokens: their 16 fp16 scales, then for each group of 32 channels `bits`
-// words per token, laid out [group][word m][token t]: token t's 32 codes of the group as one
+// A block holds 16 tokens: their 16 fp16 scales, then the code words (lane_words.h): for each
+// group of 32 channels `bits` words per token, laid out [group][word m][token t]: token t's 32 codes of the group as one
 // bit string over its words (code k at bits bits*k .. bits*k+bits-1, low words first; at 3 bits
 // codes 10 and 21 straddle two words). One vector load gives a word of 8 or 16 tokens, and a
 // channel's codes come out with a shift (two and an or when they straddle) and one register
@@ -46,6 +46,8 @@ class TurboLanePart {
   size_t bytes() const;
   // Token t's codes and fp16 scale (the other tokens' bytes are kept).
   void put(const uint8_t* codes, uint16_t scale, int t, uint8_t* part) const;
+  // Token t's code of channel c.
+  int code(const uint8_t* part, int t, int c) const;
   // The 16 tokens, x = scale * level(code), d floats each.
   void decode(const uint8_t* part, float* x) const;
 

@@ -1,0 +1,314 @@
+// KVQuant's key kernel, compiled per SIMD target (kvquant_lanes.cpp describes the layout and why).
+// Per pair of RoPE channels and vector of 16 tokens: two code lookups in the channels' own tables
+// of their levels in their ranges, the rotation by each token's own angle (two multiplies, two
+// multiply-adds, the angles loaded from the table's row for the pair), then two multiply-adds
+// per query row. Nothing is horizontally summed: tokens are in the lanes.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/kv/methods/kvquant/kvquant_lane_kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "src/kv/kernels/fused_kernels-inl.h"
+#include "src/kv/methods/kvquant/kvquant_lane_kernels.h"
+#include "src/kv/methods/turbo/lane_codes-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace vq::kv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using lane_codes::CodeBits;
+using lane_codes::DF;
+using lane_codes::DU;
+using lane_codes::kLanes;
+using lane_codes::Levels;
+using lane_codes::LoadLevels;
+using lane_codes::Lookup;
+using lane_codes::WithBits;
+using VF = hn::Vec<DF>;
+using VU = hn::Vec<DU>;
+using kvquant_lanes::LaneValues;
+using kvquant_lanes::RopeKeys;
+using DI = hn::RebindToSigned<DF>;
+using VI = hn::Vec<DI>;
+
+constexpr int kSub = 16;    // tokens per block
+constexpr int kGroup = 32;  // channels per group of words
+constexpr int kParts = kSub / kLanes;
+constexpr int kRows = 4;
+constexpr int kSets = 2;  // accumulator sets, alternating by pair, so that the FMA latency never limits
+
+// The block's scores for the pair (a, b) = pair j: codes kA of words wa and kB of words wb.
+template <int kBits, int kA, int kB, int kSet>
+HWY_INLINE void ScorePair(const VU* wa, const VU* wb, int a, int b, int j, const RopeKeys& k, size_t col,
+                          const float* const* q, VF (*acc)[kRows]) {
+  const DF df;
+  const VF ka = Lookup<kBits>(LoadLevels(k.tables + size_t(a) * 16), CodeBits<kBits, kA>(wa));
+  const VF kb = Lookup<kBits>(LoadLevels(k.tables + size_t(b) * 16), CodeBits<kBits, kB>(wb));
+  const VF cs = hn::LoadU(df, k.cos_t + size_t(j) * k.cols + col);
+  const VF sn = hn::LoadU(df, k.sin_t + size_t(j) * k.cols + col);
+  const VF ra = hn::MulSub(ka, cs, hn::Mul(kb, sn));  // x_a cos - x_b sin
+  const VF rb = hn::MulAdd(ka, sn, hn::Mul(kb, cs));  // x_a sin + x_b cos
+  VF* A = acc[kSet];
+  for (int r = 0; r < kRows; ++r) A[r] = hn::MulAdd(hn::Set(df, q[r][a]), ra, hn::MulAdd(hn::Set(df, q[r][b]), rb, A[r]));
+}
+
+// NeoX pairs: channel 32g + k of group g with the same channel of group g + G/2.
+template <int kBits, size_t... K>
+HWY_INLINE void NeoxGroup(const VU* wa, const VU* wb, int g, int half_d, const RopeKeys& k,
+                          size_t col, const float* const* q, VF (*acc)[kRows], std::index_sequence<K...>) {
+  (ScorePair<kBits, int(K), int(K), int(K) % kSets>(wa, wb, g * kGroup + int(K), g * kGroup + int(K) + half_d, g * kGroup + int(K),
+                                    k, col, q, acc),
+   ...);
+}
+
+// Adjacent pairs: channels 2kk and 2kk + 1 of group g.
+template <int kBits, size_t... KK>
+HWY_INLINE void NormGroup(const VU* w, int g, const RopeKeys& k, size_t col, const float* const* q,
+                          VF (*acc)[kRows], std::index_sequence<KK...>) {
+  (ScorePair<kBits, 2 * int(KK), 2 * int(KK) + 1, int(KK) % kSets>(w, w, g * kGroup + 2 * int(KK), g * kGroup + 2 * int(KK) + 1,
+                                                  g * (kGroup / 2) + int(KK), k, col, q, acc),
+   ...);
+}
+
+
+// Slot `slot`'s channel indices of the 16 tokens, lanes p * kLanes ..
+HWY_INLINE VU LoadIndices(const uint8_t* indices, int ib, int slot, int p) {
+  const DU du;
+  if (ib == 1) return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), indices + slot * kSub + p * kLanes));
+  return hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, DU>(),
+                                     reinterpret_cast<const uint16_t*>(indices) + slot * kSub + p * kLanes));
+}
+
+HWY_INLINE VF LoadHalves(const uint8_t* p16, int first) {
+  return hn::PromoteTo(DF(), hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), reinterpret_cast<const hwy::float16_t*>(p16) + first));
+}
+
+// acc rows += each outlier slot's share of the part's 16-token lanes: its sparse value (the key's
+// difference from its dense decode) times the turned query's component for its channel.
+template <bool kNeox>
+HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* const* q, const uint8_t* blk, int p,
+                               size_t col, VF (*acc)[kRows]) {
+  const DF df;
+  const DU du;
+  const uint8_t* counts = blk + k.words_bytes;
+  const uint8_t* values = counts + kSub;
+  const uint8_t* indices = values + size_t(2) * k.S * kSub;
+  const VU n = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), counts + p * kLanes));
+  const VU half = hn::Set(du, uint32_t(k.d / 2));
+  const VU cols = hn::Set(du, uint32_t(k.cols));
+  const VU at = hn::Iota(du, uint32_t(col + size_t(p) * kLanes));
+  for (int slot = 0; slot < k.S; ++slot) {
+    auto valid = hn::Lt(hn::Set(du, uint32_t(slot)), n);
+    if (hn::AllFalse(du, valid)) break;  // counts only fall from here
+    VU c = LoadIndices(indices, k.ib, slot, p);
+    valid = hn::And(valid, hn::Lt(c, hn::Set(du, uint32_t(k.d))));
+    c = hn::IfThenElseZero(valid, c);
+    const VF delta = hn::IfThenElseZero(hn::RebindMask(df, valid), LoadHalves(values, slot * kSub + p * kLanes));
+    VU j, ca, cb;
+    hn::Mask<DU> first;
+    if constexpr (kNeox) {
+      first = hn::Lt(c, half);
+      j = hn::IfThenElse(first, c, hn::Sub(c, half));
+      ca = j;
+      cb = hn::Add(j, half);
+    } else {
+      first = hn::Eq(hn::And(c, hn::Set(du, 1u)), hn::Zero(du));
+      j = hn::ShiftRight<1>(c);
+      ca = hn::Add(j, j);
+      cb = hn::Add(ca, hn::Set(du, 1u));
+    }
+    const VI ti = hn::BitCast(DI(), hn::Add(hn::Mul(j, cols), at));
+    const VF cs = hn::GatherIndex(df, k.cos_t, ti), sn = hn::GatherIndex(df, k.sin_t, ti);
+    const auto f = hn::RebindMask(df, first);
+    const VF fa = hn::Mul(delta, hn::IfThenElse(f, cs, hn::Neg(sn)));
+    const VF fb = hn::Mul(delta, hn::IfThenElse(f, sn, cs));
+    const VI ia = hn::BitCast(DI(), ca), ibv = hn::BitCast(DI(), cb);
+    for (int r = 0; r < kRows; ++r) {
+      acc[0][r] = hn::MulAdd(fa, hn::GatherIndex(df, q[r], ia), hn::MulAdd(fb, hn::GatherIndex(df, q[r], ibv), acc[0][r]));
+    }
+  }
+}
+
+template <int kBits, bool kNeox>
+HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* const* q, const uint8_t* HWY_RESTRICT blk,
+                           size_t col, float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const DU du;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
+  const int n_groups = k.d / kGroup;
+  for (int p = 0; p < kParts; ++p) {
+    VF acc[kSets][kRows];
+    for (int e = 0; e < kSets; ++e) {
+      for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
+    }
+    const size_t c = col + size_t(p) * kLanes;
+    if constexpr (kNeox) {
+      for (int g = 0; g < n_groups / 2; ++g) {
+        VU wa[kBits], wb[kBits];
+        for (int m = 0; m < kBits; ++m) {
+          wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+          wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
+        }
+        NeoxGroup<kBits>(wa, wb, g, k.d / 2, k, c, q, acc, std::make_index_sequence<kGroup>());
+      }
+    } else {
+      for (int g = 0; g < n_groups; ++g) {
+        VU w[kBits];
+        for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+        NormGroup<kBits>(w, g, k, c, q, acc, std::make_index_sequence<kGroup / 2>());
+      }
+    }
+    if (k.S > 0) AddKeyOutliers<kNeox>(k, q, blk, p, c - size_t(p) * kLanes, acc);
+    for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
+  }
+}
+
+template <int kBits, bool kNeox>
+void ScoreRows(const RopeKeys& k, const float* const* q, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
+               int64_t col0, float* out, size_t out_stride) {
+  const int64_t first_block = i0 / kSub;
+  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
+    const int64_t b = (blk - blocks) / int64_t(bb);
+    ScoreBlock<kBits, kNeox>(k, q, blk, size_t(col0 + kSub * (b - first_block)), dst, stride);
+  });
+}
+
+void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb,
+                       int64_t i0, int64_t i1, int64_t col0, float* out, size_t out_stride) {
+  if (i1 <= i0) return;
+  alignas(64) static thread_local float zeros[4096];  // the rows past n_q in a last group of fewer than 4
+  for (int r0 = 0; r0 < n_q; r0 += kRows) {
+    const int n = std::min(kRows, n_q - r0);
+    const float* rows[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = r < n ? q + size_t(r0 + r) * qs : zeros;
+    float* o = out + size_t(r0) * out_stride;
+    const auto run = [&](float* dst, size_t stride) {
+      WithBits(k.bits, [&](auto bits) {
+        if (k.neox) {
+          ScoreRows<bits(), true>(k, rows, blocks, bb, i0, i1, col0, dst, stride);
+        } else {
+          ScoreRows<bits(), false>(k, rows, blocks, bb, i0, i1, col0, dst, stride);
+        }
+      });
+    };
+    if (n == kRows) {
+      run(o, out_stride);
+      continue;
+    }
+    // Fewer rows: all four are scored into a scratch, and the real ones copied out.
+    std::vector<float> tmp(size_t(kRows) * size_t(i1 - i0));
+    run(tmp.data(), size_t(i1 - i0));
+    for (int r = 0; r < n; ++r) std::memcpy(o + size_t(r) * out_stride, tmp.data() + size_t(r) * (i1 - i0), size_t(i1 - i0) * 4);
+  }
+}
+
+
+// ---- values: the zeros and the outliers ----------------------------------------------------
+
+// Rows four at a time: the zeros' share stays in vectors over the whole range (one sum of lanes
+// at the end). Each block's outlier deltas come out a slot of 16 tokens at a time; they are added
+// into a channel-major scratch of the four rows (two tokens' outliers may share a channel, so one
+// token at a time, four rows in one short vector), which joins acc once at the end.
+void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb,
+                  int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
+  const DF df;
+  const DU du;
+  constexpr int kSlotsAtOnce = 8;
+  alignas(64) float wt[kRows][kSub];
+  alignas(64) float wt4[kSub][kRows];
+  alignas(64) float delta[kSlotsAtOnce * kSub];
+  alignas(64) uint32_t chan[kSlotsAtOnce * kSub];
+  alignas(64) static thread_local float acc4[4096 * kRows];  // [channel][row]
+  for (int r0 = 0; r0 < n_q; r0 += kRows) {
+    const int nr = std::min(kRows, n_q - r0);
+    VF zacc[kRows];
+    for (int r = 0; r < kRows; ++r) zacc[r] = hn::Zero(df);
+    if (v.S > 0) std::fill_n(acc4, size_t(v.d) * kRows, 0.0f);
+    for (int64_t b = i0 / kSub; b * kSub < i1; ++b) {
+      const uint8_t* blk = blocks + size_t(b) * bb;
+      const uint8_t* zeros = blk + v.zeros_at;
+      const uint8_t* values = zeros + 2 * kSub;
+      const uint8_t* indices = values + size_t(2) * v.S * kSub;
+      const int64_t first = b * kSub;
+      const int t0 = int(std::max<int64_t>(i0 - first, 0)), t1 = int(std::min<int64_t>(i1 - first, kSub));
+      for (int r = 0; r < kRows; ++r) {
+        const float* wr = w + size_t(r0 + std::min(r, nr - 1)) * w_stride;
+        if (r >= nr) {
+          std::fill_n(wt[r], kSub, 0.0f);
+        } else if (t0 == 0 && t1 == kSub) {
+          for (int p = 0; p < kParts; ++p) hn::Store(hn::LoadU(df, wr + (first - i0) + p * kLanes), df, wt[r] + p * kLanes);
+        } else {
+          for (int t = 0; t < kSub; ++t) wt[r][t] = t >= t0 && t < t1 ? wr[first + t - i0] : 0.0f;
+        }
+      }
+      for (int p = 0; p < kParts; ++p) {
+        const VF z = LoadHalves(zeros, p * kLanes);
+        for (int r = 0; r < kRows; ++r) zacc[r] = hn::MulAdd(hn::Load(df, wt[r] + p * kLanes), z, zacc[r]);
+      }
+      if (v.S == 0) continue;
+      for (int t = t0; t < t1; ++t) {
+        for (int r = 0; r < kRows; ++r) wt4[t][r] = wt[r][t];
+      }
+      for (int s0 = 0; s0 < v.S; s0 += kSlotsAtOnce) {
+        const int ns = std::min(kSlotsAtOnce, v.S - s0);
+        // Each slot's sparse value and channel; 0 for a damaged index.
+        for (int p = 0; p < kParts; ++p) {
+          for (int e = 0; e < ns; ++e) {
+            VU c = LoadIndices(indices, v.ib, s0 + e, p);
+            const auto valid = hn::Lt(c, hn::Set(du, uint32_t(v.d)));
+            c = hn::IfThenElseZero(valid, c);
+            const VF dv = hn::IfThenElseZero(hn::RebindMask(df, valid), LoadHalves(values, (s0 + e) * kSub + p * kLanes));
+            hn::Store(dv, df, delta + e * kSub + p * kLanes);
+            hn::Store(c, du, chan + e * kSub + p * kLanes);
+          }
+        }
+        for (int e = 0; e < ns; ++e) {
+          for (int t = t0; t < t1; ++t) {
+            float* a = acc4 + size_t(chan[e * kSub + t]) * kRows;
+            const float dl = delta[e * kSub + t];
+            for (int r = 0; r < kRows; ++r) a[r] += wt4[t][r] * dl;  // one short vector
+          }
+        }
+      }
+    }
+    for (int r = 0; r < nr; ++r) {
+      float* a = acc + size_t(r0 + r) * acc_stride;
+      a[v.d] += hn::GetLane(hn::SumOfLanes(df, zacc[r]));
+      if (v.S == 0) continue;
+      for (int c = 0; c < v.d; ++c) a[c] += acc4[size_t(c) * kRows + size_t(r)];
+    }
+  }
+}
+
+void KvquantValueExtras(const LaneValues& v, const float* w, size_t w_stride, int n_q, const uint8_t* blocks,
+                        size_t bb, int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
+  if (i1 <= i0) return;
+  ValueExtrasRows(v, w, w_stride, n_q, blocks, bb, i0, i1, acc, acc_stride);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vq::kv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace vq::kv::kvquant_lanes {
+HWY_EXPORT(KvquantRopeScores);
+HWY_EXPORT(KvquantValueExtras);
+
+void rope_scores(const RopeKeys& k, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int64_t i0,
+                 int64_t i1, int64_t col0, float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(KvquantRopeScores)(k, q, n_q, qs, blocks, bb, i0, i1, col0, out, out_stride);
+}
+
+void value_extras(const LaneValues& v, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb,
+                  int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(KvquantValueExtras)(v, w, w_stride, n_q, blocks, bb, i0, i1, acc, acc_stride);
+}
+
+}  // namespace vq::kv::kvquant_lanes
+#endif
