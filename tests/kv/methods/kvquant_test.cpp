@@ -96,6 +96,12 @@ TEST(Method_kvquant, BitsPerElementCountEverything) {
   EXPECT_DOUBLE_EQ(parse_method("kvquant:outliers=0").keys().key_bits(128), 3.0);
   EXPECT_DOUBLE_EQ(parse_method("kvquant:bits=2,outliers=0").values().value_bits(128), 2.25);
   EXPECT_EQ(m.sink_tokens(), 1);
+  // The residual window is KIVI's: the newest tokens stay fp16, counted by the cache, not here.
+  const Method w = parse_method("kvquant:residual=128");
+  EXPECT_EQ(w.keys().key_keep(), 128);
+  EXPECT_EQ(w.values().value_keep(), 128);
+  EXPECT_EQ(m.keys().key_keep(), 0);
+  EXPECT_DOUBLE_EQ(w.keys().key_bits(256), m.keys().key_bits(256));
 }
 
 TEST(Method_kvquant, RefusesWithoutCalibration) {
@@ -227,22 +233,25 @@ TEST(Method_kvquant, OutliersLowerTheError) {
 }
 
 TEST(Method_kvquant, InCacheAttentionEqualsReference) {
-  const int d = 64, H = 2;
-  const Calibrated c = calibrated("kvquant", d);
-  const LayerConfig cfg(H, d, 0, 0, neox());
-  // A two-head layer shares the one-head calibration of layer 0.
-  LayerCache lc(c.method, cfg);
-  const int n = 300;
-  auto k = make_data(Data::kOutliers, size_t(n) * H, d, 31), v = make_data(Data::kGaussian, size_t(n) * H, d, 32);
-  lc.append(k.data(), v.data(), 100);
-  lc.append(k.data() + size_t(100) * H * d, v.data() + size_t(100) * H * d, n - 100);
-  const int QH = 4;
-  auto q = make_data(Data::kGaussian, size_t(QH), d, 33);
-  const int64_t pos = n - 1;
-  std::vector<float> out(q.size()), ref(q.size());
-  lc.attend(q.data(), 1, QH, &pos, 0.125f, out.data());
-  lc.attend_reference(q.data(), 1, QH, &pos, 0.125f, ref.data());
-  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 1e-2));
+  for (const char* spec : {"kvquant", "kvquant:residual=64"}) {
+    SCOPED_TRACE(spec);
+    const int d = 64, H = 2;
+    const Calibrated c = calibrated(spec, d);
+    const LayerConfig cfg(H, d, 0, 0, neox());
+    // A two-head layer shares the one-head calibration of layer 0.
+    LayerCache lc(c.method, cfg);
+    const int n = 300;
+    auto k = make_data(Data::kOutliers, size_t(n) * H, d, 31), v = make_data(Data::kGaussian, size_t(n) * H, d, 32);
+    lc.append(k.data(), v.data(), 100);
+    lc.append(k.data() + size_t(100) * H * d, v.data() + size_t(100) * H * d, n - 100);
+    const int QH = 4;
+    auto q = make_data(Data::kGaussian, size_t(QH), d, 33);
+    const int64_t pos = n - 1;
+    std::vector<float> out(q.size()), ref(q.size());
+    lc.attend(q.data(), 1, QH, &pos, 0.125f, out.data());
+    lc.attend_reference(q.data(), 1, QH, &pos, 0.125f, ref.data());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 1e-4 * (std::fabs(ref[i]) + 1e-2));
+  }
 }
 
 }  // namespace

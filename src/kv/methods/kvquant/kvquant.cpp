@@ -1,7 +1,7 @@
 // KVQuant (Hooper et al., "KVQuant: Towards 10 Million Context Length LLM Inference with KV Cache
 // Quantization", NeurIPS 2024, https://arxiv.org/abs/2401.18079).
 //
-//   kvquant:bits=3,outliers=0.01,sink=1[,weighted=1][,qnorm=auto]
+//   kvquant:bits=3,outliers=0.01,sink=1[,weighted=1][,qnorm=auto][,residual=N]
 //
 // Keys are quantized per channel before RoPE: the codec takes the model's (rotated) keys, turns
 // each back to its pre-RoPE form, and applies the rotation again, by position, when it scores.
@@ -17,6 +17,11 @@
 // their channel index, and the rest is normalized and quantized. Q-Norm (qnorm=auto:
 // at 2 bits, as the paper uses it) rescales the levels so that dequantized calibration data keeps
 // its mean and standard deviation. The first `sink` tokens stay fp16.
+//
+// residual=N (default 0, not in the paper: KIVI's fp16 residual window) keeps the N newest tokens
+// in fp16 as well; they are quantized as they leave the window. KVQuant itself needs no window
+// (every token is quantized on its own); the window trades its fp16 bytes for the error of the
+// tokens that attention weighs most, as in KIVI.
 //
 // Deliberate deviations, each for a stated reason:
 // - Sensitivity is not Fisher information (this engine has no backward pass): keys are weighted
@@ -92,7 +97,7 @@ std::vector<float> learn_levels(std::vector<WeightedSample>& samples, const Sett
 
 class KvquantMethod final : public MethodImpl {
  public:
-  explicit KvquantMethod(const ParamValues& v) : sinks_(param_int(v, "sink")) {
+  explicit KvquantMethod(const ParamValues& v) : sinks_(param_int(v, "sink")), residual_(param_int(v, "residual")) {
     s_.bits = param_int(v, "bits");
     s_.outliers = param_float(v, "outliers");
     s_.weighted = param_bool(v, "weighted");
@@ -111,8 +116,8 @@ class KvquantMethod final : public MethodImpl {
   }
   double key_bits(int d) const override { return 8.0 * double(kvquant::key_row_bytes(d, s_)) / d; }
   double value_bits(int d) const override { return 8.0 * double(kvquant::value_row_bytes(d, s_)) / d; }
-  int key_keep() const override { return 0; }
-  int value_keep() const override { return 0; }
+  int key_keep() const override { return residual_; }
+  int value_keep() const override { return residual_; }
   int sink_tokens() const override { return sinks_; }
   bool needs_calibration() const override { return true; }
 
@@ -173,7 +178,7 @@ class KvquantMethod final : public MethodImpl {
     VQ_CHECK(d >= 2 && d <= kvquant::kMaxHeadDim, fmt::format("kvquant: head_dim {} outside [2, {}]", d, kvquant::kMaxHeadDim));
   }
   Settings s_;
-  int sinks_;
+  int sinks_, residual_;
 };
 
 }  // namespace
@@ -188,6 +193,7 @@ const MethodDef& kvquant_method() {
            {"sink", ParamType::kInt, 1, 0, 1 << 16, "leading tokens kept in fp16 (attention sinks)", {}},
            {"weighted", ParamType::kBool, 1, 0, 1, "sensitivity-weighted k-means (0: unweighted)", {}},
            {"qnorm", ParamType::kChoice, 0, 0, 2, "Q-Norm of the levels (auto: at 2 bits)", {"auto", "off", "on"}},
+           {"residual", ParamType::kInt, 0, 0, 1 << 20, "newest tokens kept in fp16 (KIVI's window; not in the paper)", {}},
        }},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<KvquantMethod>(v); }};
   return def;
