@@ -2,12 +2,18 @@
 """The results report: runs a method matrix through perplexity (with KL against fp16), passkey,
 bench, attn-bench and fidelity, stores each tool's JSON with a stamp (machine, commit, date, exact
 command, duration) in results/, and renders docs/RESULTS.md and docs/figures/*.png from those
-files alone, so the document is never typed and rendering the same JSON gives the same bytes.
+files (and llama.cpp's own KL figures, tests/golden/llama_cpp_kl.json) alone, so the document is never
+typed and rendering the same JSON gives the same bytes.
 
     report.py run [--quick] [--only STEP ...]   run the matrix (quick: under 15 minutes on 2 cores), then render
-    report.py render [--out D]  only render, from results/*.json (into D instead of docs/)
+    report.py render            only render, from results/*.json
+    either with --out D (write RESULTS.md and figures/ into D instead of docs/) and --results D (read and
+    write the JSON in D instead of results/)
 
-Methods that learn from data (KVQuant) are calibrated first, on the first half of the text
+Methods that draw a random rotation or sketch are measured over SEEDS consecutive seeds (perplexity
+--seeds): their rows give the mean with [min, max] over seeds.
+
+Methods that learn from data (KVQuant; VecInfer, once per seed) are calibrated first, on the first half of the text
 (results/calib/, not committed: the run remakes them); perplexity is measured on the second half,
 so no method is evaluated on text its calibration saw.
 """
@@ -34,12 +40,27 @@ BASELINES = ["fp16", "q8", "q4", "q4:rot=1"]
 KVQUANT = ["kvquant:bits=2,outliers=0", "kvquant:bits=2", "kvquant:bits=3,outliers=0", "kvquant:bits=3",
            "kvquant:bits=4,outliers=0", "kvquant:bits=4", "kvquant:bits=3,weighted=0"]
 CALIB = os.path.join("results", "calib")
+# llama.cpp's own llama-perplexity --kl-divergence on the second half of the text (ctx 2048, 10
+# chunks): the anchors of the quality table (tests/golden/README.md, COMMANDS.md section f).
+LLAMA_KL = os.path.join(ROOT, "tests", "golden", "llama_cpp_kl.json")
+# Rotation and sketch rows, each measured over SEEDS seeds (its own and the SEEDS-1 after it).
+SEEDS = 4
+ROTATION_QUICK = ["q4:rot=1", "turbo:bits=3", "turbo:bits=3,norm=length"]
+ROTATION = ["q4:rot=1", "turbo:bits=2", "turbo:bits=3", "turbo:bits=3,norm=length", "turbo:bits=4", "rabitq:bits=2",
+            "rabitq:bits=3", "qjl", "vecinfer"]
+
+
+def seed_specs(spec, n):
+    """The specs perplexity --seeds n runs for a spec without an explicit seed: its own (default)
+    seed and the n-1 after it. VecInfer needs a calibration made for each of them."""
+    return [spec] + ["%s%sseed=%d" % (spec, "," if ":" in spec else ":", 1234 + i) for i in range(1, n)]
 
 MATRIX = {
     "quick": {
         "calibrate": {"ctx": 512, "chunks": 4, "specs": ["kvquant:bits=2", "kvquant:bits=3"]},
-        "perplexity": {"ctx": 512, "chunks": 4,
-                       "specs": BASELINES + KIVI + ["kivi:kaxis=token", "kvquant:bits=2", "kvquant:bits=3"]},
+        "perplexity": {"ctx": 512, "chunks": 4, "seeds": SEEDS,
+                       "specs": BASELINES[:3] + KIVI + ["kivi:kaxis=token", "kvquant:bits=2", "kvquant:bits=3"] +
+                       ROTATION_QUICK},
         "passkey": {"ctx": "1024,2048", "trials": 4, "specs": ["fp16", "q4:rot=1", "kivi"]},
         "bench": {"prompt": 256, "n": 16, "depths": "0,2048", "reps": 2, "specs": ["fp16", "q8", "q4", "kivi"]},
         "attn_bench": {"ctx": 8192, "layers": 8, "rounds": 3, "iters": 2},
@@ -48,8 +69,9 @@ MATRIX = {
                   "hold_tokens": 2000, "hold_budget": "115M", "hold_requests": 20},  # 4 x fp16's 28.5 MiB
     },
     "full": {
-        "calibrate": {"ctx": 1024, "chunks": 8, "specs": KVQUANT},
-        "perplexity": {"ctx": 2048, "chunks": 10, "specs": BASELINES + KIVI + ["kivi:kaxis=token"] + KVQUANT},
+        "calibrate": {"ctx": 1024, "chunks": 8, "specs": KVQUANT + seed_specs("vecinfer", SEEDS)},
+        "perplexity": {"ctx": 2048, "chunks": 10, "seeds": SEEDS,
+                       "specs": BASELINES[:3] + KIVI + ["kivi:kaxis=token"] + KVQUANT + ROTATION},
         "passkey": {"ctx": "1024,4096,8192", "trials": 10, "specs": ["fp16", "q8", "q4:rot=1", "kivi"]},
         "bench": {"prompt": 512, "n": 32, "depths": "0,4096,16384,32000", "reps": 3,
                   "specs": ["fp16", "q8", "q4", "q4:rot=1", "kivi"]},
@@ -145,10 +167,11 @@ def run(mode, only):
     calibs = sum((["--calib", calib_path(s)] for s in c["specs"]), [])
     p = m["perplexity"]
     if "perplexity" in steps:
-        # One invocation: a single fp16 pass per chunk serves every method's KL.
+        # One invocation: a single fp16 pass per chunk serves every method's KL; --seeds runs the
+        # methods that draw a rotation or sketch once per seed, the others once.
         kvs = sum((["--kv", s] for s in p["specs"]), [])
         out = run_tool(["perplexity", "-m", MODEL, "-f", TEXT, "--part", "second-half", "-c", str(p["ctx"]),
-                        "--chunks", str(p["chunks"])] + kvs + calibs)
+                        "--chunks", str(p["chunks"]), "--seeds", str(p["seeds"])] + kvs + calibs)
         save("perplexity", {"mode": mode, "runs": [{"stamp": out["stamp"], "data": r} for r in out["data"]["runs"]]})
     k = m["passkey"]
     if "passkey" in steps:
@@ -227,17 +250,76 @@ def commands(runs):
     return out
 
 
+def spread(r, key, fmt):
+    """The figure, and for a row measured over several seeds its [min, max] over them."""
+    cell = fmt % r.get(key, 0.0)
+    if r.get("n_seeds", 1) > 1 and key + "_min" in r:
+        cell += " [%s, %s]" % (fmt % r[key + "_min"], fmt % r[key + "_max"])
+    return cell
+
+
 def ppl_rows(runs, base):
     rows = []
     for r in runs:
         d_ppl = "" if base is None else "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1))
-        rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]), d_ppl,
-                     "%.5f" % r.get("kl_mean", 0.0), "%.4f" % r.get("kl_p99", 0.0),
-                     "%.4f" % r.get("top1_agreement", 1.0)])
+        ppl = (spread(r, "ppl", "%.4f") if r.get("n_seeds", 1) > 1 else
+               "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]))
+        rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], ppl, d_ppl, spread(r, "kl_mean", "%.5f"),
+                     "%.4f" % r.get("kl_p99", 0.0), "%.4f" % r.get("top1_agreement", 1.0),
+                     str(r.get("n_seeds", 1))])
     return rows
 
 
-PPL_HEADER = ["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement"]
+def seeds_sentence(runs):
+    """What the seed column means, from the rows themselves."""
+    counts = sorted({r["n_seeds"] for r in runs if r.get("n_seeds", 1) > 1})
+    if not counts:
+        return []
+    seeded = [r["kv"] for r in runs if r.get("n_seeds", 1) > 1]
+    return ["Rows of methods that draw a random rotation or sketch (%s) are means over %s seeds each (the "
+            "spec's own seed and the ones after it, `perplexity --seeds`): PPL and mean KL give the mean with "
+            "[min, max] over seeds, KL p99 and top-1 agreement the mean. The other rows draw nothing and ran "
+            "once." % (", ".join("`%s`" % k for k in seeded), " or ".join(str(c) for c in counts)), ""]
+
+
+def load_llama_kl():
+    if not os.path.exists(LLAMA_KL):
+        return None
+    with open(LLAMA_KL) as f:
+        return json.load(f)
+
+
+def llama_matches(g, first):
+    """Whether llama.cpp's figures were measured on this run's text and chunking."""
+    return (g["ctx"] == first["ctx"] and g["chunks"] == first["chunks"] and
+            g["text"]["part"] == first.get("part", "all"))
+
+
+def llama_rows(g):
+    base = next(r for r in g["runs"] if r["type"] == "f16")
+    rows = []
+    for r in g["runs"]:
+        if r["type"] == "f16":
+            continue
+        rows.append(["llama.cpp %s †" % r["type"], "%.3f" % r["bits_per_element"],
+                     "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]), "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1)),
+                     "%.5f ± %.5f" % (r["kl_mean"], r["kl_mean_stderr"]), "%.4f" % r["kl_p99"],
+                     "%.4f" % r["top1_agreement"], "—"])
+    return rows
+
+
+def llama_note(g, same, ours_fp16):
+    base = next(r for r in g["runs"] if r["type"] == "f16")
+    return ("† llama.cpp's own figures, from its `llama-perplexity --kl-divergence` (%s, commit `%s`) on the same "
+            "model and the same bytes (the second half of the text, %d chunks of %d tokens): KL and ΔPPL against "
+            "llama.cpp's own f16 cache, whose PPL is %.4f ± %.4f%s; bits per element from its block layouts. Golden "
+            "data and the commands: `tests/golden/llama_cpp_kl.json`%s." % (
+                g["llama_cpp"]["repository"], g["llama_cpp"]["commit"][:8], g["chunks"], g["ctx"], base["ppl"],
+                base["ppl_stderr"], " (our fp16 cache: %.4f)" % ours_fp16 if same and ours_fp16 else "",
+                "" if same else ". This run used another chunking, so they are listed apart and not plotted"))
+
+
+PPL_HEADER = ["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement", "seeds"]
 
 
 def extra_quality_sections():
@@ -259,6 +341,7 @@ def extra_quality_sections():
         calib = doc["stamp"].get("calibration_command")
         if calib:
             parts += ["Calibration: `%s`" % calib, ""]
+        parts += seeds_sentence(runs)
         parts += [table(PPL_HEADER, ppl_rows(runs, base)), "", "Command:", ""] + commands([doc]) + [""]
     if parts:
         parts = ["## Quality of further method families (single runs)", ""] + parts
@@ -313,18 +396,37 @@ def render():
         if calibrated:
             parts += ["Methods that learn from data were calibrated on: " + "; ".join(calibrated) +
                       " (text never scored here).", ""]
-        parts += [table(PPL_HEADER, rows), ""]
+        llama = load_llama_kl()
+        same = llama is not None and llama_matches(llama, first)
+        parts += seeds_sentence(runs)
+        parts += [table(PPL_HEADER, rows + (llama_rows(llama) if same else [])), ""]
+        if llama:
+            if not same:
+                parts += [table(PPL_HEADER, llama_rows(llama)), ""]
+            parts += [llama_note(llama, same, base["ppl"] if base else None), ""]
         fig, ax = plt.subplots()
         for r in runs:
             if r["kv"] == "fp16":
                 continue
-            ax.scatter(r["kv_bits_per_element"], max(r["kl_mean"], 1e-6))
-            ax.annotate(r["kv"], (r["kv_bits_per_element"], max(r["kl_mean"], 1e-6)), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+            x, y = r["kv_bits_per_element"], max(r["kl_mean"], 1e-6)
+            if r.get("n_seeds", 1) > 1 and "kl_mean_min" in r:  # bar: [min, max] over seeds
+                ax.errorbar(x, y, yerr=[[y - max(r["kl_mean_min"], 1e-6)], [max(r["kl_mean_max"], 1e-6) - y]],
+                            fmt="o", capsize=3)
+            else:
+                ax.scatter(x, y)
+            ax.annotate(r["kv"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        if same:
+            for r in llama["runs"]:
+                if r["type"] == "f16":
+                    continue
+                ax.scatter(r["bits_per_element"], r["kl_mean"], marker="x", color="black", s=40)
+                ax.annotate("llama.cpp %s" % r["type"], (r["bits_per_element"], r["kl_mean"]), fontsize=7,
+                            xytext=(3, -9), textcoords="offset points")
         ax.set_yscale("log")
         ax.set_xlabel("bits per element")
         ax.set_ylabel("mean KL divergence vs fp16 cache")
-        ax.set_title("Quality against memory")
+        ax.set_title("Quality against memory (bars: min–max over seeds; x: llama.cpp's own)" if same else
+                     "Quality against memory (bars: min–max over seeds)")
         parts += ["![KL against bits](%s)" % savefig(plt, fig, "kl_vs_bits.png"), ""]
         fig, ax = plt.subplots()
         for r in runs:
@@ -516,13 +618,17 @@ def main():
     r.add_argument("--quick", action="store_true")
     r.add_argument("--only", nargs="+", choices=STEPS, help="run only these steps (others keep their results)")
     rd = sub.add_parser("render")
-    rd.add_argument("--out", help="write RESULTS.md and figures/ here instead of docs/")
+    for p in (r, rd):
+        p.add_argument("--out", help="write RESULTS.md and figures/ here instead of docs/")
+        p.add_argument("--results", help="read (and write) the JSON here instead of results/")
     a = ap.parse_args()
+    global DOC, FIGURES, RESULTS
+    if a.results:
+        RESULTS = os.path.abspath(a.results)
+    if a.out:
+        DOC, FIGURES = os.path.join(a.out, "RESULTS.md"), os.path.join(a.out, "figures")
     if a.cmd == "run":
         run("quick" if a.quick else "full", a.only)
-    elif a.out:
-        global DOC, FIGURES
-        DOC, FIGURES = os.path.join(a.out, "RESULTS.md"), os.path.join(a.out, "figures")
     render()
 
 
