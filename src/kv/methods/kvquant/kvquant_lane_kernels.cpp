@@ -223,7 +223,10 @@ void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n
   alignas(64) float wt4[kSub][kRows];
   alignas(64) float delta[kSlotsAtOnce * kSub];
   alignas(64) uint32_t chan[kSlotsAtOnce * kSub];
-  alignas(64) static thread_local float acc4[4096 * kRows];  // [channel][row]
+  alignas(64) static thread_local float acc4_buf[4096 * kRows];  // [channel][row]
+  float* const acc4 = acc4_buf;
+  const hn::CappedTag<float, kRows> d4;  // four rows in one short vector (one lane on the scalar target)
+  const size_t n4 = hn::Lanes(d4);
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int nr = std::min(kRows, n_q - r0);
     VF zacc[kRows];
@@ -270,8 +273,10 @@ void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n
         for (int e = 0; e < ns; ++e) {
           for (int t = t0; t < t1; ++t) {
             float* a = acc4 + size_t(chan[e * kSub + t]) * kRows;
-            const float dl = delta[e * kSub + t];
-            for (int r = 0; r < kRows; ++r) a[r] += wt4[t][r] * dl;  // one short vector
+            const auto dl = hn::Set(d4, delta[e * kSub + t]);
+            for (size_t r = 0; r < kRows; r += n4) {
+              hn::Store(hn::MulAdd(hn::Load(d4, wt4[t] + r), dl, hn::Load(d4, a + r)), d4, a + r);
+            }
           }
         }
       }
