@@ -42,39 +42,42 @@ constexpr int kParts = kSub / kLanes;
 constexpr int kRows = 4;
 constexpr int kSets = 2;  // accumulator sets, alternating by pair, so that the FMA latency never limits
 
-// The block's scores for the pair (a, b) = pair j: codes kA of words wa and kB of words wb.
-template <int kBits, int kA, int kB, int kSet>
-HWY_INLINE void ScorePair(const VU* wa, const VU* wb, int a, int b, int j, const RopeKeys& k, size_t col,
-                          const float* const* q, VF (*acc)[kRows]) {
+// Pair-major operands, so that each array needs one base pointer per group of pairs and every
+// pair's operands sit at fixed offsets from it: the two channels' level tables (32 floats), the
+// angles (kCols cos then kCols sin) and the four query rows' two components (8 floats).
+constexpr size_t kCols = kvquant_lanes::kAngleColumns;
+constexpr size_t kPairTable = 32, kPairAngles = 2 * kCols, kPairQuery = 2 * kRows;
+
+// The block's scores for pair K of a group: codes kA of words wa and kB of words wb; T, C and Q
+// point at the group's first pair.
+template <int kBits, int kA, int kB, int kSet, int K>
+HWY_INLINE void ScorePair(const VU* wa, const VU* wb, const float* HWY_RESTRICT T, const float* HWY_RESTRICT C,
+                          const float* HWY_RESTRICT Q, VF (*acc)[kRows]) {
   const DF df;
-  const VF ka = Lookup<kBits>(LoadLevels(k.tables + size_t(a) * 16), CodeBits<kBits, kA>(wa));
-  const VF kb = Lookup<kBits>(LoadLevels(k.tables + size_t(b) * 16), CodeBits<kBits, kB>(wb));
-  const VF cs = hn::LoadU(df, k.cos_t + size_t(j) * k.cols + col);
-  const VF sn = hn::LoadU(df, k.sin_t + size_t(j) * k.cols + col);
+  const VF ka = Lookup<kBits>(LoadLevels(T + K * kPairTable), CodeBits<kBits, kA>(wa));
+  const VF kb = Lookup<kBits>(LoadLevels(T + K * kPairTable + 16), CodeBits<kBits, kB>(wb));
+  const VF cs = hn::LoadU(df, C + K * kPairAngles);
+  const VF sn = hn::LoadU(df, C + K * kPairAngles + kCols);
   const VF ra = hn::MulSub(ka, cs, hn::Mul(kb, sn));  // x_a cos - x_b sin
   const VF rb = hn::MulAdd(ka, sn, hn::Mul(kb, cs));  // x_a sin + x_b cos
   VF* A = acc[kSet];
-  for (int r = 0; r < kRows; ++r) A[r] = hn::MulAdd(hn::Set(df, q[r][a]), ra, hn::MulAdd(hn::Set(df, q[r][b]), rb, A[r]));
+  const float* q = Q + K * kPairQuery;
+  for (int r = 0; r < kRows; ++r) A[r] = hn::MulAdd(hn::Set(df, q[2 * r]), ra, hn::MulAdd(hn::Set(df, q[2 * r + 1]), rb, A[r]));
 }
 
-// NeoX pairs: channel 32g + k of group g with the same channel of group g + G/2.
+// NeoX pairs: channel 32g + k of group g with the same channel of group g + G/2 (pair 32g + k).
 template <int kBits, size_t... K>
-HWY_INLINE void NeoxGroup(const VU* wa, const VU* wb, int g, int half_d, const RopeKeys& k,
-                          size_t col, const float* const* q, VF (*acc)[kRows], std::index_sequence<K...>) {
-  (ScorePair<kBits, int(K), int(K), int(K) % kSets>(wa, wb, g * kGroup + int(K), g * kGroup + int(K) + half_d, g * kGroup + int(K),
-                                    k, col, q, acc),
-   ...);
+HWY_INLINE void NeoxGroup(const VU* wa, const VU* wb, const float* T, const float* C, const float* Q, VF (*acc)[kRows],
+                          std::index_sequence<K...>) {
+  (ScorePair<kBits, int(K), int(K), int(K) % kSets, int(K)>(wa, wb, T, C, Q, acc), ...);
 }
 
-// Adjacent pairs: channels 2kk and 2kk + 1 of group g.
+// Adjacent pairs: channels 2kk and 2kk + 1 of group g (pair 16g + kk).
 template <int kBits, size_t... KK>
-HWY_INLINE void NormGroup(const VU* w, int g, const RopeKeys& k, size_t col, const float* const* q,
-                          VF (*acc)[kRows], std::index_sequence<KK...>) {
-  (ScorePair<kBits, 2 * int(KK), 2 * int(KK) + 1, int(KK) % kSets>(w, w, g * kGroup + 2 * int(KK), g * kGroup + 2 * int(KK) + 1,
-                                                  g * (kGroup / 2) + int(KK), k, col, q, acc),
-   ...);
+HWY_INLINE void NormGroup(const VU* w, const float* T, const float* C, const float* Q, VF (*acc)[kRows],
+                          std::index_sequence<KK...>) {
+  (ScorePair<kBits, 2 * int(KK), 2 * int(KK) + 1, int(KK) % kSets, int(KK)>(w, w, T, C, Q, acc), ...);
 }
-
 
 // Slot `slot`'s channel indices of the 16 tokens, lanes p * kLanes ..
 HWY_INLINE VU LoadIndices(const uint8_t* indices, int ib, int slot, int p) {
@@ -91,8 +94,8 @@ HWY_INLINE VF LoadHalves(const uint8_t* p16, int first) {
 // acc rows += each outlier slot's share of the part's 16-token lanes: its sparse value (the key's
 // difference from its dense decode) times the turned query's component for its channel.
 template <bool kNeox>
-HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* const* q, const uint8_t* blk, int p,
-                               size_t col, VF (*acc)[kRows]) {
+HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* qp, const uint8_t* blk, int p, size_t col,
+                               VF (*acc)[kRows]) {
   const DF df;
   const DU du;
   const uint8_t* counts = blk + k.words_bytes;
@@ -100,7 +103,6 @@ HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* const* q, const u
   const uint8_t* indices = values + size_t(2) * k.S * kSub;
   const VU n = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), counts + p * kLanes));
   const VU half = hn::Set(du, uint32_t(k.d / 2));
-  const VU cols = hn::Set(du, uint32_t(k.cols));
   const VU at = hn::Iota(du, uint32_t(col + size_t(p) * kLanes));
   for (int slot = 0; slot < k.S; ++slot) {
     auto valid = hn::Lt(hn::Set(du, uint32_t(slot)), n);
@@ -109,34 +111,34 @@ HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* const* q, const u
     valid = hn::And(valid, hn::Lt(c, hn::Set(du, uint32_t(k.d))));
     c = hn::IfThenElseZero(valid, c);
     const VF delta = hn::IfThenElseZero(hn::RebindMask(df, valid), LoadHalves(values, slot * kSub + p * kLanes));
-    VU j, ca, cb;
+    VU j;
     hn::Mask<DU> first;
     if constexpr (kNeox) {
       first = hn::Lt(c, half);
       j = hn::IfThenElse(first, c, hn::Sub(c, half));
-      ca = j;
-      cb = hn::Add(j, half);
     } else {
       first = hn::Eq(hn::And(c, hn::Set(du, 1u)), hn::Zero(du));
       j = hn::ShiftRight<1>(c);
-      ca = hn::Add(j, j);
-      cb = hn::Add(ca, hn::Set(du, 1u));
     }
-    const VI ti = hn::BitCast(DI(), hn::Add(hn::Mul(j, cols), at));
-    const VF cs = hn::GatherIndex(df, k.cos_t, ti), sn = hn::GatherIndex(df, k.sin_t, ti);
+    const VU ti = hn::Add(hn::Mul(j, hn::Set(du, uint32_t(kPairAngles))), at);
+    const VF cs = hn::GatherIndex(df, k.angles, hn::BitCast(DI(), ti));
+    const VF sn = hn::GatherIndex(df, k.angles, hn::BitCast(DI(), hn::Add(ti, hn::Set(du, uint32_t(kCols)))));
     const auto f = hn::RebindMask(df, first);
     const VF fa = hn::Mul(delta, hn::IfThenElse(f, cs, hn::Neg(sn)));
     const VF fb = hn::Mul(delta, hn::IfThenElse(f, sn, cs));
-    const VI ia = hn::BitCast(DI(), ca), ibv = hn::BitCast(DI(), cb);
+    const VU qi = hn::Mul(j, hn::Set(du, uint32_t(kPairQuery)));
     for (int r = 0; r < kRows; ++r) {
-      acc[0][r] = hn::MulAdd(fa, hn::GatherIndex(df, q[r], ia), hn::MulAdd(fb, hn::GatherIndex(df, q[r], ibv), acc[0][r]));
+      const VU qa = hn::Add(qi, hn::Set(du, uint32_t(2 * r)));
+      const VF va = hn::GatherIndex(df, qp, hn::BitCast(DI(), qa));
+      const VF vb = hn::GatherIndex(df, qp, hn::BitCast(DI(), hn::Add(qa, hn::Set(du, 1u))));
+      acc[0][r] = hn::MulAdd(fa, va, hn::MulAdd(fb, vb, acc[0][r]));
     }
   }
 }
 
 template <int kBits, bool kNeox>
-HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* const* q, const uint8_t* HWY_RESTRICT blk,
-                           size_t col, float* HWY_RESTRICT out, size_t out_stride) {
+HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* qp, const uint8_t* HWY_RESTRICT blk, size_t col,
+                           float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
   const DU du;
   const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
@@ -154,45 +156,59 @@ HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* const* q, const uint8
           wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
           wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
         }
-        NeoxGroup<kBits>(wa, wb, g, k.d / 2, k, c, q, acc, std::make_index_sequence<kGroup>());
+        const size_t j0 = size_t(g) * kGroup;
+        NeoxGroup<kBits>(wa, wb, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, qp + j0 * kPairQuery, acc,
+                         std::make_index_sequence<kGroup>());
       }
     } else {
       for (int g = 0; g < n_groups; ++g) {
         VU w[kBits];
         for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-        NormGroup<kBits>(w, g, k, c, q, acc, std::make_index_sequence<kGroup / 2>());
+        const size_t j0 = size_t(g) * (kGroup / 2);
+        NormGroup<kBits>(w, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, qp + j0 * kPairQuery, acc,
+                         std::make_index_sequence<kGroup / 2>());
       }
     }
-    if (k.S > 0) AddKeyOutliers<kNeox>(k, q, blk, p, c - size_t(p) * kLanes, acc);
+    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, blk, p, col, acc);
     for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
   }
 }
 
 template <int kBits, bool kNeox>
-void ScoreRows(const RopeKeys& k, const float* const* q, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
+void ScoreRows(const RopeKeys& k, const float* qp, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
                int64_t col0, float* out, size_t out_stride) {
   const int64_t first_block = i0 / kSub;
   ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
     const int64_t b = (blk - blocks) / int64_t(bb);
-    ScoreBlock<kBits, kNeox>(k, q, blk, size_t(col0 + kSub * (b - first_block)), dst, stride);
+    ScoreBlock<kBits, kNeox>(k, qp, blk, size_t(col0 + kSub * (b - first_block)), dst, stride);
   });
 }
 
 void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb,
                        int64_t i0, int64_t i1, int64_t col0, float* out, size_t out_stride) {
   if (i1 <= i0) return;
-  alignas(64) static thread_local float zeros[4096];  // the rows past n_q in a last group of fewer than 4
+  HWY_ASSERT(k.cols == kCols);
+  const int pairs = k.d / 2;
+  // [pair][row][a, b]: four rows' components of each pair; rows past n_q are zero.
+  alignas(64) static thread_local float qp_buf[2048 * kPairQuery];
+  float* const qp = qp_buf;
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int n = std::min(kRows, n_q - r0);
-    const float* rows[kRows];
-    for (int r = 0; r < kRows; ++r) rows[r] = r < n ? q + size_t(r0 + r) * qs : zeros;
+    for (int j = 0; j < pairs; ++j) {
+      const int a = k.neox ? j : 2 * j, b = k.neox ? j + pairs : 2 * j + 1;
+      for (int r = 0; r < kRows; ++r) {
+        const float* row = q + size_t(r0 + r) * qs;
+        qp[size_t(j) * kPairQuery + 2 * r] = r < n ? row[a] : 0.0f;
+        qp[size_t(j) * kPairQuery + 2 * r + 1] = r < n ? row[b] : 0.0f;
+      }
+    }
     float* o = out + size_t(r0) * out_stride;
     const auto run = [&](float* dst, size_t stride) {
       WithBits(k.bits, [&](auto bits) {
         if (k.neox) {
-          ScoreRows<bits(), true>(k, rows, blocks, bb, i0, i1, col0, dst, stride);
+          ScoreRows<bits(), true>(k, qp, blocks, bb, i0, i1, col0, dst, stride);
         } else {
-          ScoreRows<bits(), false>(k, rows, blocks, bb, i0, i1, col0, dst, stride);
+          ScoreRows<bits(), false>(k, qp, blocks, bb, i0, i1, col0, dst, stride);
         }
       });
     };

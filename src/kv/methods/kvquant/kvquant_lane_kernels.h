@@ -7,15 +7,20 @@
 
 namespace vq::kv::kvquant_lanes {
 
+// Angle columns per pair: b < 256 + 16, so that a block of 16 tokens that starts at b <= 255
+// stays inside.
+inline constexpr size_t kAngleColumns = 272;
+
 // What the key kernel reads besides the blocks: the channel ranges and levels of the layer, and
 // the RoPE angles of the positions in a block, by pair.
 struct RopeKeys {
   int d = 0, bits = 0;
   bool neox = false;           // pairs (i, i + d/2); otherwise (2i, 2i + 1)
-  // [channel][16]: mid_c + half_c * level(i mod 2^bits), the key before RoPE for code i
+  // [pair][first, second channel][16]: mid_c + half_c * level(i mod 2^bits), the key before RoPE
+  // for code i
   const float* tables = nullptr;
-  const float* cos_t = nullptr;    // [pair][cols]: cos and sin of b theta_pair for b < cols
-  const float* sin_t = nullptr;
+  // [pair][cos, sin][cols]: of b theta_pair for b < cols (= kAngleColumns)
+  const float* angles = nullptr;
   size_t cols = 0;
   // The outlier slots after the code words (words_bytes of them): 16 counts, then S x 16 fp16
   // values, then S x 16 channel indices of ib bytes, slot-major so that a slot of 16 tokens is

@@ -39,7 +39,8 @@ namespace vq::kv::kvquant {
 namespace {
 
 constexpr int kSub = LaneWords::kTokens;
-constexpr int kAngleColumns = RopeTable::kSegment + kSub;
+constexpr int kAngleColumns = int(kvquant_lanes::kAngleColumns);
+static_assert(kAngleColumns >= RopeTable::kSegment + kSub, "a block that starts in a segment must end in its columns");
 
 class KvqLaneKeyCodec final : public KeyCodec {
  public:
@@ -53,22 +54,30 @@ class KvqLaneKeyCodec final : public KeyCodec {
       mid_[size_t(c)] = 0.5f * (ctx.calib->key_lo[size_t(c)] + ctx.calib->key_hi[size_t(c)]);
       half_[size_t(c)] = 0.5f * (ctx.calib->key_hi[size_t(c)] - ctx.calib->key_lo[size_t(c)]);
     }
-    // The same float expression as inlier(), so that the kernel's keys are the reference's.
-    tables_.resize(size_t(d_) * 16);
-    for (int c = 0; c < d_; ++c) {
-      for (int i = 0; i < 16; ++i) {
-        tables_[size_t(c) * 16 + size_t(i)] = mid_[size_t(c)] + half_[size_t(c)] * type_.levels[size_t(i) % type_.levels.size()];
+    // Pair-major, as the kernel reads them: the tables of both channels of a pair (the same float
+    // expression as dense(), so that the kernel's keys are the reference's), then its angles.
+    const int pairs = d_ / 2;
+    const bool neox = ctx.rope.style == RopeSpec::Style::kNeox;
+    tables_.resize(size_t(pairs) * 32);
+    for (int j = 0; j < pairs; ++j) {
+      for (int e = 0; e < 2; ++e) {
+        const int c = neox ? j + e * pairs : 2 * j + e;
+        for (int i = 0; i < 16; ++i) tables_[size_t(j) * 32 + size_t(e) * 16 + size_t(i)] = dense(c, i % int(type_.levels.size()));
       }
     }
-    cos_t_.resize(size_t(d_ / 2) * kAngleColumns);
-    sin_t_.resize(cos_t_.size());
-    rope_.angle_columns(kAngleColumns, cos_t_.data(), sin_t_.data());
+    std::vector<float> cs(size_t(pairs) * kAngleColumns), sn(cs.size());
+    rope_.angle_columns(kAngleColumns, cs.data(), sn.data());
+    angles_.resize(size_t(pairs) * 2 * kAngleColumns);
+    for (int j = 0; j < pairs; ++j) {
+      std::copy_n(cs.data() + size_t(j) * kAngleColumns, kAngleColumns, angles_.data() + size_t(j) * 2 * kAngleColumns);
+      std::copy_n(sn.data() + size_t(j) * kAngleColumns, kAngleColumns,
+                  angles_.data() + size_t(j) * 2 * kAngleColumns + kAngleColumns);
+    }
     keys_.d = d_;
     keys_.bits = s.bits;
-    keys_.neox = ctx.rope.style == RopeSpec::Style::kNeox;
+    keys_.neox = neox;
     keys_.tables = tables_.data();
-    keys_.cos_t = cos_t_.data();
-    keys_.sin_t = sin_t_.data();
+    keys_.angles = angles_.data();
     keys_.cols = kAngleColumns;
     keys_.words_bytes = words_.bytes();
     keys_.S = S_;
@@ -78,8 +87,7 @@ class KvqLaneKeyCodec final : public KeyCodec {
   int block_tokens() const override { return kSub; }
   size_t block_bytes() const override { return words_.bytes() + kSub * slot_bytes_; }
   size_t param_bytes() const override {
-    return (mid_.size() + half_.size() + type_.levels.size() + type_.mids.size() + tables_.size() + cos_t_.size() +
-            sin_t_.size()) *
+    return (mid_.size() + half_.size() + type_.levels.size() + type_.mids.size() + tables_.size() + angles_.size()) *
                sizeof(float) +
            rope_.bytes();
   }
@@ -174,7 +182,7 @@ class KvqLaneKeyCodec final : public KeyCodec {
   LaneWords words_;
   RopeTable rope_;
   Datatype type_;
-  std::vector<float> mid_, half_, tables_, cos_t_, sin_t_;
+  std::vector<float> mid_, half_, tables_, angles_;
   kvquant_lanes::RopeKeys keys_;
 };
 
