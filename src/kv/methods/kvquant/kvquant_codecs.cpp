@@ -34,6 +34,44 @@ TokenSplit split_token(const float* x, int d, int S, std::vector<int>* order) {
   return best;
 }
 
+int quantize_key(const float* pre, int d, int S, const Datatype& type, const float* mid, const float* half,
+                 uint8_t* codes, SparseSlot* slots) {
+  std::vector<std::pair<float, int>> out;  // (how far out, channel)
+  for (int c = 0; c < d; ++c) {
+    const float m = mid[c], h = half[c], x = pre[c];
+    const float u = h > 0.0f ? (x - m) / h : 0.0f;
+    codes[c] = type.code(u);
+    if (S > 0 && std::fabs(x - m) > h) out.emplace_back(h > 0.0f ? (std::fabs(x - m) - h) / h : INFINITY, c);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (int(out.size()) > S) out.resize(size_t(std::max(S, 0)));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  for (int i = 0; i < S; ++i) slots[i] = SparseSlot{};
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int c = out[i].second;
+    slots[i] = {to_f16(pre[c] - (mid[c] + half[c] * type.levels[codes[c]])), c};
+  }
+  return int(out.size());
+}
+
+void quantize_value(const float* x, int d, int S, const Datatype& type, uint16_t* scale, uint16_t* zero,
+                    uint8_t* codes, SparseSlot* slots) {
+  std::vector<int> order;
+  const TokenSplit sp = split_token(x, d, S, &order);
+  *scale = to_f16(0.5f * (sp.hi - sp.lo));
+  *zero = to_f16(0.5f * (sp.hi + sp.lo));
+  const float s = f16_to_f32(*scale), z = f16_to_f32(*zero);
+  for (int c = 0; c < d; ++c) codes[c] = type.code(s > 0.0f ? (x[c] - z) / s : 0.0f);
+  std::vector<int> outl;
+  for (int j = 0; j < sp.n_low; ++j) outl.push_back(order[size_t(j)]);
+  for (int j = 0; j < S - sp.n_low; ++j) outl.push_back(order[size_t(d - 1 - j)]);
+  std::sort(outl.begin(), outl.end());
+  for (int i = 0; i < S; ++i) {
+    const int c = outl[size_t(i)];
+    slots[i] = {to_f16(x[c] - (z + s * type.levels[codes[c]])), c};
+  }
+}
+
 namespace {
 
 class KvqKeyCodec final : public KeyCodec {
@@ -64,26 +102,15 @@ class KvqKeyCodec final : public KeyCodec {
     std::vector<float> pre(key, key + d_);
     rope_.rotate(pre.data(), pos, /*inverse=*/true);
     std::vector<uint8_t> codes(static_cast<size_t>(d_));
-    std::vector<std::pair<float, int>> out;  // (how far out, channel)
-    for (int c = 0; c < d_; ++c) {
-      const float m = mid_[size_t(c)], h = half_[size_t(c)], x = pre[size_t(c)];
-      const float u = h > 0.0f ? (x - m) / h : 0.0f;
-      codes[size_t(c)] = type_.code(u);
-      if (S_ > 0 && std::fabs(x - m) > h) out.emplace_back(h > 0.0f ? (std::fabs(x - m) - h) / h : INFINITY, c);
-    }
+    std::vector<SparseSlot> slots(static_cast<size_t>(S_));
+    const int n = quantize_key(pre.data(), d_, S_, type_, mid_.data(), half_.data(), codes.data(), slots.data());
     pack_planes(codes.data(), d_, s_.bits, row);
     if (S_ == 0) return;
-    // The S farthest out (ties: lower channel first), stored in channel order.
-    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    if (int(out.size()) > S_) out.resize(size_t(S_));
-    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    row[cb_] = uint8_t(out.size());
+    row[cb_] = uint8_t(n);
     const Sparse sp = sparse(row);
     for (int i = 0; i < S_; ++i) {
-      const bool used = i < int(out.size());
-      const int c = used ? out[size_t(i)].second : 0;
-      put_u16(sp.values + 2 * i, used ? to_f16(pre[size_t(c)] - dense(c, codes[size_t(c)])) : 0);
-      put_index(sp.indices + size_t(i) * ib_, ib_, used ? out[size_t(i)].second : 0);
+      put_u16(sp.values + 2 * i, slots[size_t(i)].value);
+      put_index(sp.indices + size_t(i) * ib_, ib_, slots[size_t(i)].channel);
     }
   }
 
@@ -130,8 +157,6 @@ class KvqKeyCodec final : public KeyCodec {
 
  private:
   Sparse sparse(uint8_t* row) const { return {row + cb_ + 1, row + cb_ + 1 + 2 * S_}; }
-  // Channel c's dense decode of `code`, before RoPE.
-  float dense(int c, int code) const { return mid_[size_t(c)] + half_[size_t(c)] * type_.levels[size_t(code)]; }
 
   void decode_row(const uint8_t* row, int64_t pos, float* x) const {
     decode_pre(row, x);
@@ -176,27 +201,18 @@ class KvqValueCodec final : public ValueCodec {
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
     uint8_t* row = block + size_t(slot) * row_;
-    std::vector<int> order;
-    const TokenSplit sp = split_token(x, d_, S_, &order);
-    // Stored in fp16; codes are chosen against the stored scale and zero.
-    const uint16_t hs = to_f16(0.5f * (sp.hi - sp.lo)), hz = to_f16(0.5f * (sp.hi + sp.lo));
-    const float scale = f16_to_f32(hs), zero = f16_to_f32(hz);
+    std::vector<uint8_t> codes(static_cast<size_t>(d_));
+    std::vector<SparseSlot> slots(static_cast<size_t>(S_));
+    uint16_t hs, hz;
+    quantize_value(x, d_, S_, type_, &hs, &hz, codes.data(), slots.data());
     put_u16(row, hs);
     put_u16(row + 2, hz);
-    std::vector<uint8_t> codes(static_cast<size_t>(d_));
-    for (int c = 0; c < d_; ++c) codes[size_t(c)] = type_.code(scale > 0.0f ? (x[c] - zero) / scale : 0.0f);
     pack_planes(codes.data(), d_, s_.bits, row + 4);
-    if (S_ == 0) return;
-    std::vector<int> outl;
-    for (int j = 0; j < sp.n_low; ++j) outl.push_back(order[size_t(j)]);
-    for (int j = 0; j < S_ - sp.n_low; ++j) outl.push_back(order[size_t(d_ - 1 - j)]);
-    std::sort(outl.begin(), outl.end());
     uint8_t* vals = row + 4 + cb_;
     uint8_t* idx = vals + 2 * S_;
     for (int i = 0; i < S_; ++i) {
-      const int c = outl[size_t(i)];
-      put_u16(vals + 2 * i, to_f16(x[c] - (zero + scale * type_.levels[codes[size_t(c)]])));
-      put_index(idx + size_t(i) * ib_, ib_, outl[size_t(i)]);
+      put_u16(vals + 2 * i, slots[size_t(i)].value);
+      put_index(idx + size_t(i) * ib_, ib_, slots[size_t(i)].channel);
     }
   }
 

@@ -100,25 +100,14 @@ class KvqLaneKeyCodec final : public KeyCodec {
     std::vector<float> pre(key, key + d_);
     rope_.rotate(pre.data(), pos, /*inverse=*/true);
     std::vector<uint8_t> codes(static_cast<size_t>(d_));
-    std::vector<std::pair<float, int>> out;  // (how far out, channel)
-    for (int c = 0; c < d_; ++c) {
-      const float m = mid_[size_t(c)], h = half_[size_t(c)], x = pre[size_t(c)];
-      const float u = h > 0.0f ? (x - m) / h : 0.0f;
-      codes[size_t(c)] = type_.code(u);
-      if (S_ > 0 && std::fabs(x - m) > h) out.emplace_back(h > 0.0f ? (std::fabs(x - m) - h) / h : INFINITY, c);
-    }
+    std::vector<SparseSlot> slots(static_cast<size_t>(S_));
+    const int n = quantize_key(pre.data(), d_, S_, type_, mid_.data(), half_.data(), codes.data(), slots.data());
     words_.put(codes.data(), slot, block);
     if (S_ == 0) return;
-    // The S farthest out (ties: lower channel first), stored in channel order.
-    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    if (int(out.size()) > S_) out.resize(size_t(S_));
-    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    block[words_.bytes() + size_t(slot)] = uint8_t(out.size());
+    block[words_.bytes() + size_t(slot)] = uint8_t(n);
     for (int i = 0; i < S_; ++i) {
-      const bool used = i < int(out.size());
-      const int c = used ? out[size_t(i)].second : 0;
-      put_u16(value_at(block, i, slot), used ? to_f16(pre[size_t(c)] - dense(c, codes[size_t(c)])) : 0);
-      put_index(index_at(block, i, slot), ib_, used ? out[size_t(i)].second : 0);
+      put_u16(value_at(block, i, slot), slots[size_t(i)].value);
+      put_index(index_at(block, i, slot), ib_, slots[size_t(i)].channel);
     }
   }
 
@@ -207,24 +196,15 @@ class KvqLaneValueCodec final : public ValueCodec {
   }
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
-    std::vector<int> order;
-    const TokenSplit sp = split_token(x, d_, S_, &order);
-    // Stored in fp16; codes are chosen against the stored scale and zero.
-    const uint16_t hs = to_f16(0.5f * (sp.hi - sp.lo)), hz = to_f16(0.5f * (sp.hi + sp.lo));
-    const float scale = f16_to_f32(hs), zero = f16_to_f32(hz);
     std::vector<uint8_t> codes(static_cast<size_t>(d_));
-    for (int c = 0; c < d_; ++c) codes[size_t(c)] = type_.code(scale > 0.0f ? (x[c] - zero) / scale : 0.0f);
+    std::vector<SparseSlot> slots(static_cast<size_t>(S_));
+    uint16_t hs, hz;
+    quantize_value(x, d_, S_, type_, &hs, &hz, codes.data(), slots.data());
     part_.put(codes.data(), hs, slot, block);
     put_u16(block + part_.bytes() + 2 * slot, hz);
-    if (S_ == 0) return;
-    std::vector<int> outl;
-    for (int j = 0; j < sp.n_low; ++j) outl.push_back(order[size_t(j)]);
-    for (int j = 0; j < S_ - sp.n_low; ++j) outl.push_back(order[size_t(d_ - 1 - j)]);
-    std::sort(outl.begin(), outl.end());
     for (int i = 0; i < S_; ++i) {
-      const int c = outl[size_t(i)];
-      put_u16(value_at(block, i, slot), to_f16(x[c] - (zero + scale * type_.levels[codes[size_t(c)]])));
-      put_index(index_at(block, i, slot), ib_, outl[size_t(i)]);
+      put_u16(value_at(block, i, slot), slots[size_t(i)].value);
+      put_index(index_at(block, i, slot), ib_, slots[size_t(i)].channel);
     }
   }
 

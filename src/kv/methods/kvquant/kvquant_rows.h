@@ -92,6 +92,23 @@ struct Datatype {
   uint8_t code(float u) const { return uint8_t(nearest_level(mids.data(), int(mids.size()), u)); }
 };
 
+// One token quantized, as both layouts store it: its codes, and its sparse slots (fp16 difference
+// from the dense decode, channel), the used ones first in channel order, unused ones (0, 0).
+struct SparseSlot {
+  uint16_t value = 0;
+  int channel = 0;
+};
+// A key before RoPE (pre): each channel in its range [mid - half, mid + half], the S channels
+// farthest outside their range (ties: lower channel first) sparse, the rest clipped. Returns how
+// many slots are used.
+int quantize_key(const float* pre, int d, int S, const Datatype& type, const float* mid, const float* half,
+                 uint8_t* codes, SparseSlot* slots);
+// A value: the fp16 scale and zero of its inliers (the range left after removing the S values
+// whose removal narrows it most; codes are chosen against the stored scale and zero), and the S
+// removed values as slots.
+void quantize_value(const float* x, int d, int S, const Datatype& type, uint16_t* scale, uint16_t* zero,
+                    uint8_t* codes, SparseSlot* slots);
+
 // The codecs, built from a layer's calibration (checked by the method before): the lane codecs
 // (kvquant_lanes.cpp) where they apply, the row codecs (kvquant_codecs.cpp) otherwise.
 std::unique_ptr<KeyCodec> make_key_codec(const CodecContext& ctx, const Settings& s);
