@@ -172,7 +172,8 @@ class KvqKeyCodec final : public KeyCodec {
     if (S_ == 0) return;
     for (int r = 0; r < n; ++r) {
       const uint8_t* row = rows + size_t(r) * row_;
-      add_outliers(row + cb_ + 1, std::min<int>(row[cb_], S_), S_, ib_, d_, x + size_t(r) * d_);
+      const uint8_t* slots = row + cb_ + 1;
+      add_outliers(slots, slots + 2 * S_, 1, std::min<int>(row[cb_], S_), ib_, d_, x + size_t(r) * d_);
     }
   }
 
@@ -247,7 +248,10 @@ class KvqValueCodec final : public ValueCodec {
       zero[r] = f16_to_f32(get_u16(row + 2));
     }
     lut_affine_planes_rows(rows + 4, row_, n, d_, s_.bits, type_.levels.data(), zero, scale, x, size_t(d_));
-    for (int r = 0; r < n; ++r) add_outliers(rows + size_t(r) * row_ + 4 + cb_, S_, S_, ib_, d_, x + size_t(r) * d_);
+    for (int r = 0; r < n; ++r) {
+      const uint8_t* slots = rows + size_t(r) * row_ + 4 + cb_;
+      add_outliers(slots, slots + 2 * S_, 1, S_, ib_, d_, x + size_t(r) * d_);
+    }
   }
 
   int d_;

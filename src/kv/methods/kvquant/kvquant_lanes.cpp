@@ -117,10 +117,7 @@ class KvqLaneKeyCodec final : public KeyCodec {
       float* x = keys + size_t(t) * d_;
       for (int c = 0; c < d_; ++c) x[c] = inlier(block, t, c);
       const int n = S_ > 0 ? std::min<int>(block[words_.bytes() + size_t(t)], S_) : 0;
-      for (int i = 0; i < n; ++i) {
-        const int c = get_index(index_at(block, i, t), ib_);
-        if (c < d_) x[c] += f16_to_f32(get_u16(value_at(block, i, t)));
-      }
+      add_outliers(value_at(block, 0, t), index_at(block, 0, t), kSub, n, ib_, d_, x);
       rope_.rotate(x, pos0 + t, /*inverse=*/false);
     }
   }
@@ -180,7 +177,7 @@ class KvqLaneValueCodec final : public ValueCodec {
   KvqLaneValueCodec(const CodecContext& ctx, const Settings& s)
       : d_(ctx.head_dim), s_(s), S_(outlier_slots(s.outliers, d_)), ib_(index_bytes(d_)),
         slot_bytes_(size_t(S_) * (2 + ib_)), type_(ctx.calib->value_levels),
-        part_(d_, s.bits, type_.levels, /*values=*/true), words_(d_, s.bits) {
+        part_(d_, s.bits, type_.levels, /*values=*/true) {
     extras_.d = d_;
     extras_.zeros_at = part_.bytes();
     extras_.S = S_;
@@ -213,10 +210,7 @@ class KvqLaneValueCodec final : public ValueCodec {
     for (int t = 0; t < kSub; ++t) {
       float* x = values + size_t(t) * d_;
       for (int c = 0; c < d_; ++c) x[c] = inlier(block, t, c);
-      for (int i = 0; i < S_; ++i) {
-        const int c = get_index(index_at(block, i, t), ib_);
-        if (c < d_) x[c] += f16_to_f32(get_u16(value_at(block, i, t)));
-      }
+      add_outliers(value_at(block, 0, t), index_at(block, 0, t), kSub, S_, ib_, d_, x);
     }
   }
 
@@ -247,9 +241,8 @@ class KvqLaneValueCodec final : public ValueCodec {
   }
   float zero_of(const uint8_t* block, int t) const { return f16_to_f32(get_u16(block + part_.bytes() + 2 * t)); }
   float scale_of(const uint8_t* block, int t) const { return f16_to_f32(get_u16(block + 2 * t)); }
-  // The code words sit after the scales (turbo_lanes.h).
   float inlier(const uint8_t* block, int t, int c) const {
-    return zero_of(block, t) + scale_of(block, t) * type_.levels[size_t(words_.code(block + 2 * kSub, t, c))];
+    return zero_of(block, t) + scale_of(block, t) * type_.levels[size_t(part_.code(block, t, c))];
   }
 
   int d_;
@@ -258,7 +251,6 @@ class KvqLaneValueCodec final : public ValueCodec {
   size_t slot_bytes_;
   Datatype type_;
   TurboLanePart part_;
-  LaneWords words_;
   kvquant_lanes::LaneValues extras_;
 };
 

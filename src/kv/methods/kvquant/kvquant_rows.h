@@ -67,13 +67,13 @@ struct Sparse {
   uint8_t* indices;
 };
 
-// The first n of a row's S outlier slots (S fp16 values, then S indices of ib bytes) added to
-// the dense decode x; an index outside the head (a damaged cache) is skipped.
-inline void add_outliers(const uint8_t* slots, int n, int S, int ib, int d, float* x) {
-  const uint8_t* idx = slots + 2 * S;
+// The first n outlier slots added to the dense decode x: slot i's fp16 value at values + 2 i stride
+// and its channel index (ib bytes) at indices + ib i stride (stride 1: a row's slots side by side;
+// 16: a lane block's, slot-major); an index outside the head (a damaged cache) is skipped.
+inline void add_outliers(const uint8_t* values, const uint8_t* indices, size_t stride, int n, int ib, int d, float* x) {
   for (int i = 0; i < n; ++i) {
-    const int c = get_index(idx + size_t(i) * ib, ib);
-    if (c < d) x[c] += f16_to_f32(get_u16(slots + 2 * i));
+    const int c = get_index(indices + size_t(ib) * i * stride, ib);
+    if (c < d) x[c] += f16_to_f32(get_u16(values + 2 * i * stride));
   }
 }
 
