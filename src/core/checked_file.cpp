@@ -45,6 +45,15 @@ void write_checked_file(const std::string& path, const char (&magic)[9], uint32_
   VQ_CHECK(!ec, fmt::format("{}: cannot rename into place: {}", path, ec.message()));
 }
 
+void check_checked_file_writable(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  const bool existed = std::filesystem::exists(tmp);
+  std::FILE* f = std::fopen(tmp.c_str(), "ab");
+  VQ_CHECK(f, fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+  std::fclose(f);
+  if (!existed) std::remove(tmp.c_str());
+}
+
 std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t version) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   VQ_CHECK(f, fmt::format("{}: cannot open: {}", path, std::strerror(errno)));

@@ -14,6 +14,10 @@ namespace vq {
 void write_checked_file(const std::string& path, const char (&magic)[9], uint32_t version,
                         const std::vector<uint8_t>& payload);
 
+// Throws vq::Error (kUsage, one line) when write_checked_file could not create `path`'s temporary
+// file, so that a long computation whose result goes there is refused before it runs.
+void check_checked_file_writable(const std::string& path);
+
 // Throws vq::Error: kUsage when the file cannot be opened, kData when it is not a valid file of
 // this kind (the message names the path and what is wrong).
 std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t version);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # calibrate and --calib end to end: a KVQuant calibration made on the first half of the text is
-# used on the second half (one fp16 pass serving two methods); a missing, other-spec, damaged or
+# used on the second half (one fp16 pass serving two methods); an unwritable output, a missing, other-spec, damaged or
 # other-model calibration, or too little text, is refused with one line; a saved KVQuant cache is refused under
 # another calibration and continues under its own.
 set -euo pipefail
@@ -38,6 +38,8 @@ b[len(b) // 2] ^= 1
 open(sys.argv[2], "wb").write(b)
 PY
 refuse "checksum" "${ppl[@]}" --kv kvquant:bits=2 --calib "$tmp/bad.vqcal"
+# An output that cannot be written is refused before the model runs (no progress lines).
+refuse "cannot write" "$bin" calibrate -m "$model" -f "$text" --kv kvquant:bits=2 -o "$tmp/no/such/dir/c.vqcal" -c 64 --chunks 1
 # Too little text for VecInfer's k-means: refused from inside its parallel loop with one error line
 # (after the progress lines) and exit status 2, not an abort.
 rc=0

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "src/core/checked_file.h"
 #include "src/core/threads.h"
 #include "src/engine/session.h"
 #include "src/kv/calib/calibrate.h"
@@ -49,6 +50,8 @@ Runner add_calibrate_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
+    // The output is checked before the model runs: a bad path would otherwise cost the whole run.
+    check_checked_file_writable(o->out);
     const kv::Method method = kv::parse_method(o->kv);
     const auto model = engine::Model::load(o->model);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
