@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pick  # noqa: E402  (the "which method" section, beside this file)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "build", "tools", "veloxquant", "veloxquant")
 MODEL = os.path.join("models", "gemma-3-270m-q4_k_m.gguf")
@@ -441,6 +444,10 @@ def render():
         parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
         parts += ["Commands:", ""] + commands(ppl["runs"]) + [""]
     parts += extra_quality_sections()
+    llama = load_llama_kl()
+    if ppl and llama and not llama_matches(llama, ppl["runs"][0]["data"]):
+        llama = None  # another chunking: llama.cpp's figures are not comparable with these rows
+    parts += pick.section(RESULTS, plt, savefig, table, llama)
 
     pk = load("passkey")
     if pk:
