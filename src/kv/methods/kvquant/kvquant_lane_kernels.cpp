@@ -216,8 +216,10 @@ void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, co
       run(o, out_stride);
       continue;
     }
-    // Fewer rows: all four are scored into a scratch, and the real ones copied out.
-    std::vector<float> tmp(size_t(kRows) * size_t(i1 - i0));
+    // Fewer rows: all four are scored into a scratch, and the real ones copied out. The scratch
+    // is kept per thread, so that decode with one or two query rows per KV head allocates nothing.
+    static thread_local std::vector<float> tmp;
+    tmp.resize(size_t(kRows) * size_t(i1 - i0));
     run(tmp.data(), size_t(i1 - i0));
     for (int r = 0; r < n; ++r) std::memcpy(o + size_t(r) * out_stride, tmp.data() + size_t(r) * (i1 - i0), size_t(i1 - i0) * 4);
   }
