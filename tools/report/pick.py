@@ -34,6 +34,8 @@ def quality_rows(results_dir):
         if "stamp" not in doc or "runs" not in doc.get("data", {}):
             continue
         sources += [(os.path.basename(path), doc["stamp"], r) for r in doc["data"]["runs"]]
+    if not main["runs"]:
+        return None, []
     chunking = _chunking(sources[0][2])
     newest = {}
     for name, stamp, r in sources:

@@ -217,7 +217,7 @@ void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, co
       continue;
     }
     // Fewer rows: all four are scored into a scratch, and the real ones copied out. The scratch
-    // is kept per thread, so that decode with one or two query rows per KV head allocates nothing.
+    // is kept per thread, so that decode with one to three query rows per KV head allocates nothing.
     static thread_local std::vector<float> tmp;
     tmp.resize(size_t(kRows) * size_t(i1 - i0));
     run(tmp.data(), size_t(i1 - i0));
