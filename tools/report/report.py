@@ -383,6 +383,7 @@ def render():
                                   mc["memory_gib"]), ""]
 
     ppl = load("perplexity")
+    anchors = None  # llama.cpp's figures, where they share the quality table's text and chunking
     if ppl:
         runs = [r["data"] for r in ppl["runs"]]
         base = next((r for r in runs if r["kv"] == "fp16"), None)
@@ -401,6 +402,7 @@ def render():
                       " (text never scored here).", ""]
         llama = load_llama_kl()
         same = llama is not None and llama_matches(llama, first)
+        anchors = llama if same else None
         parts += seeds_sentence(runs)
         parts += [table(PPL_HEADER, rows + (llama_rows(llama) if same else [])), ""]
         if llama:
@@ -444,10 +446,7 @@ def render():
         parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
         parts += ["Commands:", ""] + commands(ppl["runs"]) + [""]
     parts += extra_quality_sections()
-    llama = load_llama_kl()
-    if ppl and llama and not llama_matches(llama, ppl["runs"][0]["data"]):
-        llama = None  # another chunking: llama.cpp's figures are not comparable with these rows
-    parts += pick.section(RESULTS, plt, savefig, table, llama)
+    parts += pick.section(RESULTS, plt, savefig, table, anchors)
 
     pk = load("passkey")
     if pk:
