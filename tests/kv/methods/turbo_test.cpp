@@ -274,6 +274,87 @@ TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
   }
 }
 
+// Pieces (channels=N, turbo_pieces.cpp): each N channels of the head coded as a vector of their
+// own, as llama.cpp's turbo types code a head of 256 in two blocks of 128.
+TEST(Method_turbo, PiecesFusedEqualsReference) {
+  for (const char* spec : {"turbo:bits=3,channels=128,norm=length", "turbo:bits=2,channels=64,seed=5", "turbo:bits=4,channels=32"}) {
+    check_all(spec, {256}, 64);
+  }
+  // One bit: keys score through nibble tables, values keep per-channel token planes.
+  check_all("turbo:bits=1,channels=64", {128}, 64);
+  check_all("k=turbo:bits=3,channels=64,v=turbo:bits=2,norm=inner,channels=32", {128}, 64);
+  check_all("turbo:bits=3,channels=96", {192}, 48);  // pieces of 96 take the dense rotation
+}
+
+TEST(Method_turbo, PiecesEveryTargetMatchesReference) {
+  const int tried = for_each_supported_target([] {
+    check_all("turbo:bits=3,channels=128,norm=length", {256}, 48);
+    check_all("turbo:bits=1,channels=32", {64}, 48);
+  });
+  EXPECT_GE(tried, 2);
+}
+
+TEST(Method_turbo, PiecesCountAScalePerPiece) {
+  // 3 bits and two fp16 scales per token of 256: llama.cpp's turbo3 on Gemma 3's heads.
+  EXPECT_DOUBLE_EQ(parse_method("turbo:bits=3,channels=128").bits_per_element(256), 3.125);
+  EXPECT_DOUBLE_EQ(parse_method("turbo:bits=2,channels=32").bits_per_element(128), 2.5);
+  const auto kc = parse_method("turbo:bits=3,channels=128").keys().key_codec(CodecContext{256, 0});
+  const auto vc = parse_method("turbo:bits=3,channels=128").values().value_codec(CodecContext{256, 0});
+  EXPECT_EQ(kc->block_bytes(), size_t(16 * 2 * (2 + 3 * 128 / 8)));
+  EXPECT_EQ(vc->block_bytes(), kc->block_bytes());
+  // As many channels as the head has is the whole head: the paper's codec, the same bytes.
+  const auto whole = parse_method("turbo:bits=3,channels=128").keys().key_codec(CodecContext{128, 0});
+  const auto paper = parse_method("turbo:bits=3").keys().key_codec(CodecContext{128, 0});
+  const auto x = make_data(Data::kOutliers, 16, 128, 3);
+  std::vector<uint8_t> a(whole->block_bytes()), b(paper->block_bytes());
+  ASSERT_EQ(a.size(), b.size());
+  whole->encode(x.data(), 0, a.data());
+  paper->encode(x.data(), 0, b.data());
+  EXPECT_EQ(a, b);
+  for (const char* spec : {"turbo:channels=48", "turbo:channels=100", "turbo:channels=512"}) {
+    EXPECT_THROW(parse_method(spec).keys().key_codec(CodecContext{256, 0}), Error) << spec;
+    EXPECT_THROW(parse_method(spec).values().value_codec(CodecContext{256, 0}), Error) << spec;
+  }
+  EXPECT_THROW(parse_method("turbo:bits=2,channels=64,outliers=64"), Error);
+  EXPECT_THROW(parse_method("turbo:channels=-32"), Error);
+}
+
+// What a scale per piece buys: when one half of the head is loud and the other quiet, the whole
+// head's one scale spends its levels on the loud half and leaves the quiet half coarse; with a
+// scale per half, the quiet half's relative error is that of a vector of its own.
+TEST(Method_turbo, PiecesKeepAQuietHalfFine) {
+  const int d = 256, n = 256;
+  Rng rng(41);
+  std::vector<float> x(size_t(n) * d);
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < d; ++c) x[size_t(t) * d + c] = float(rng.normal()) * (c < 128 ? 8.0f : 1.0f);
+  }
+  const auto quiet_error = [&](const char* spec) {
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 0});
+    std::vector<uint8_t> block(kc->block_bytes());
+    std::vector<float> y(size_t(16) * d);
+    double err = 0, ref = 0;
+    for (int b = 0; b < n / 16; ++b) {
+      const float* xb = x.data() + size_t(b) * 16 * d;
+      kc->encode(xb, 0, block.data());
+      kc->decode(block.data(), 0, y.data());
+      for (int t = 0; t < 16; ++t) {
+        for (int c = 128; c < d; ++c) {
+          const double e = double(y[size_t(t) * d + c]) - xb[size_t(t) * d + c];
+          err += e * e;
+          ref += double(xb[size_t(t) * d + c]) * xb[size_t(t) * d + c];
+        }
+      }
+    }
+    return err / ref;
+  };
+  const double whole = quiet_error("turbo:bits=3"), pieces = quiet_error("turbo:bits=3,channels=128");
+  // TurboQuant-MSE at 3 bits: about 0.034 of a vector's energy; the whole head's error, spread
+  // evenly, is about 65 times the quiet half's energy share times that.
+  EXPECT_LT(pieces, 0.05);
+  EXPECT_GT(whole, 10 * pieces);
+}
+
 // The split picks each group's loudest channels (the mask at the head of the block), and its
 // error lies between the uniform widths it mixes.
 TEST(Method_turbo, OutlierSplitGivesTheLoudChannelsTheExtraBit) {
