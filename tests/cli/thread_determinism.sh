@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same input, same output at any thread count: for every registered method (plain and, where it
-# applies, rotated; and TurboQuant's fractional split), generate's token ids and perplexity's
+# applies, rotated; and TurboQuant's fractional split and pieces), generate's token ids and perplexity's
 # whole JSON (PPL, KL, top-1) are identical with 1 and 2 threads; a method that learns from data
 # is calibrated (at both thread counts: the two files must be identical too; RateQuant's probe
 # kept to one 128-token chunk). The optional third argument K/N runs every N-th spec starting at
@@ -20,8 +20,9 @@ for m in json.load(sys.stdin):
     print(m["name"] + (" calib" if m["needs_calibration"] else ""))
     if any(p["name"] == "rot" for p in m["params"]):
         print(m["name"] + ":rot=1")' | tr ' ' '+')
-# Code paths that defaults do not reach: TurboQuant's fractional split (per-group channel masks).
-specs="$specs turbo:bits=2,outliers=128"
+# Code paths that defaults do not reach: TurboQuant's fractional split (per-group channel masks)
+# and its pieces (two per head of 256, their scores added).
+specs="$specs turbo:bits=2,outliers=128 turbo:bits=3,channels=128"
 index=0
 for entry in $specs; do
   index=$((index + 1))
