@@ -29,6 +29,20 @@ TEST(Method_spectral, FusedEqualsReference) {
   }
 }
 
+// Parts that are not whole groups of 32 coordinates keep a tail of bytes in the lane layout
+// (lane_words.h): every tail length class (up to 8, 16, 24, 32 channels) at 2 to 4 bits, one-bit
+// noise parts over whole groups, and a one-bit part with a tail (the row path), on every target.
+TEST(Method_spectral, LanesWithTailsMatchTheReferenceOnEveryTarget) {
+  const int tried = for_each_supported_target([] {
+    for (const char* spec : {"spectral:rank=13", "spectral:rank=37,hi=3,lo=2", "spectral:rank=5,hi=2,lo=2",
+                             "spectral:rank=23,hi=4,lo=3", "spectral:rank=32,hi=4,lo=1", "spectral:rank=7,hi=4,lo=1",
+                             "spectral:rank=30,lo=0"}) {
+      check_calibrated_codec(spec, {64, 96, 128}, 3100);
+    }
+  });
+  EXPECT_GE(tried, 2);
+}
+
 // Vectors mu + sum_i s_i g_i e_i + noise along the first three axes of a random orthonormal
 // frame e: the basis recovers those axes and deviations.
 TEST(Method_spectral, BasisRecoversAKnownCovariance) {
@@ -154,6 +168,13 @@ TEST(Method_spectral, BitsAndRefusals) {
   const Calibrated c = calibrated_on_synthetic("spectral:rank=8", 128, 512);
   EXPECT_DOUBLE_EQ(c.method.keys().key_bits(128), 8.0 * (2 + 4 * 1 + 2 + 2 * 15) / 128);
   EXPECT_DOUBLE_EQ(parse_method("spectral:lo=0,rank=16").bits_per_element(128), 8.0 * (2 + 4 * 2) / 128);
+  // In the lane layout a part's codes are one bit string: rank 13 at 4 bits takes 7 bytes (bit
+  // planes would take 4 x 2) and 115 noise coordinates at 2 bits take 29 (2 x 15 as planes).
+  EXPECT_DOUBLE_EQ(calibrated_on_synthetic("spectral:rank=13", 128, 512).method.keys().key_bits(128),
+                   8.0 * (2 + 7 + 2 + 29) / 128);
+  // A one-bit part with a tail keeps the row layout's bit planes.
+  EXPECT_DOUBLE_EQ(calibrated_on_synthetic("spectral:rank=7,lo=1", 128, 512).method.keys().key_bits(128),
+                   8.0 * (2 + 4 * 1 + 2 + 1 * 16) / 128);
   EXPECT_THROW(parse_method("spectral:hi=2,lo=3"), Error);
   EXPECT_THROW(parse_method("spectral").keys().key_codec(CodecContext{128, 0}), Error);  // uncalibrated
   // The participation ratio decides the rank when the spec does not.

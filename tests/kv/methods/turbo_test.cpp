@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/fp16.h"
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
@@ -284,6 +285,70 @@ TEST(Method_turbo, PiecesFusedEqualsReference) {
   check_all("turbo:bits=1,channels=64", {128}, 64);
   check_all("k=turbo:bits=3,channels=64,v=turbo:bits=2,norm=inner,channels=32", {128}, 64);
   check_all("turbo:bits=3,channels=96", {192}, 48);  // pieces of 96 take the dense rotation
+}
+
+// A lane part whose size is not a multiple of 32 keeps its tail as bytes (lane_words.h): every
+// code reads back, a token takes 2 + ceil(bits d / 8) bytes, and the fused scores and sums equal
+// the decoded tokens' on every target, at each tail length and 2 to 4 bits.
+TEST(Method_turbo, LanePartTailsOnEveryTarget) {
+  const int tried = for_each_supported_target([] {
+    for (int d : {1, 7, 8, 20, 45, 63, 100}) {
+      for (int bits = 2; bits <= 4; ++bits) {
+        SCOPED_TRACE("d " + std::to_string(d) + ", bits " + std::to_string(bits));
+        Rng rng(uint64_t(d * 10 + bits));
+        std::vector<float> levels(size_t(1) << bits);
+        for (auto& x : levels) x = float(rng.normal());
+        const TurboLanePart keys(d, bits, levels, false), values(d, bits, levels, true);
+        ASSERT_EQ(keys.bytes(), size_t(16) * (2 + (size_t(bits) * d + 7) / 8));
+        const int blocks = 3, n = blocks * 16;
+        std::vector<uint8_t> mem(keys.bytes() * blocks);
+        std::vector<uint8_t> codes(size_t(n) * d);
+        for (int t = 0; t < n; ++t) {
+          for (int c = 0; c < d; ++c) codes[size_t(t) * d + c] = uint8_t(rng.next_u64() % levels.size());
+          const float scale = float(0.5 + 0.01 * t);
+          keys.put(codes.data() + size_t(t) * d, f32_to_f16(scale), t % 16, mem.data() + size_t(t / 16) * keys.bytes());
+        }
+        std::vector<float> x(size_t(n) * d);
+        for (int b = 0; b < blocks; ++b) keys.decode(mem.data() + size_t(b) * keys.bytes(), x.data() + size_t(b) * 16 * d);
+        for (int t = 0; t < n; ++t) {
+          for (int c = 0; c < d; ++c) ASSERT_EQ(keys.code(mem.data() + size_t(t / 16) * keys.bytes(), t % 16, c), codes[size_t(t) * d + c]);
+        }
+        // Scores of two query rows over [3, 41), against the decoded tokens.
+        const int64_t i0 = 3, i1 = 41;
+        std::vector<float> q(size_t(2) * d), state(2 * keys.query_state_floats());
+        for (auto& v : q) v = float(rng.normal());
+        for (int r = 0; r < 2; ++r) keys.prepare_query(q.data() + size_t(r) * d, state.data() + size_t(r) * keys.query_state_floats());
+        std::vector<float> out(size_t(2) * (i1 - i0));
+        keys.scores(state.data(), keys.query_state_floats(), 2, mem.data(), keys.bytes(), i0, i1, out.data(), size_t(i1 - i0));
+        // Sums of five weight rows (four in the kernels' quads, one alone), against the same.
+        std::vector<float> w(size_t(5) * (i1 - i0)), acc(size_t(5) * (d + 3), 0.0f);
+        for (auto& v : w) v = float(rng.uniform());
+        values.accumulate(w.data(), size_t(i1 - i0), 5, mem.data(), keys.bytes(), i0, i1, acc.data(), size_t(d + 3));
+        for (int r = 0; r < 5; ++r) {
+          for (int c = 0; c < d; ++c) {
+            double ref = 0, mag = 0;
+            for (int64_t t = i0; t < i1; ++t) {
+              ref += double(w[size_t(r) * (i1 - i0) + size_t(t - i0)]) * x[size_t(t) * d + c];
+              mag += std::fabs(double(w[size_t(r) * (i1 - i0) + size_t(t - i0)]) * x[size_t(t) * d + c]);
+            }
+            ASSERT_NEAR(acc[size_t(r) * (d + 3) + c], ref, 1e-5 * mag + 1e-6) << "row " << r << ", channel " << c;
+          }
+          for (int c = d; c < d + 3; ++c) ASSERT_EQ(acc[size_t(r) * (d + 3) + c], 0.0f) << "written past the part";
+        }
+        for (int r = 0; r < 2; ++r) {
+          for (int64_t t = i0; t < i1; ++t) {
+            double ref = 0, mag = 0;
+            for (int c = 0; c < d; ++c) {
+              ref += double(q[size_t(r) * d + c]) * x[size_t(t) * d + c];
+              mag += std::fabs(double(q[size_t(r) * d + c]) * x[size_t(t) * d + c]);
+            }
+            ASSERT_NEAR(out[size_t(r) * (i1 - i0) + size_t(t - i0)], ref, 1e-5 * mag + 1e-6) << "row " << r << ", token " << t;
+          }
+        }
+      }
+    }
+  });
+  EXPECT_GE(tried, 2);
 }
 
 TEST(Method_turbo, PiecesEveryTargetMatchesReference) {

@@ -18,9 +18,9 @@
 // Decoding: x = mu + sum_i sigma_i z_i v_i.
 //
 // Scores rotate the query into the basis once per step, q'_i = sigma_i <v_i, q>, plus the bias
-// <q, mu>; a token's score is then bias + sum_i q'_i z_i, read from its codes a tile at a time.
-// Values accumulate attention weight times z (and the weight itself, for the mean) and leave the
-// basis once per step in `finalize`.
+// <q, mu>; a token's score is then bias + sum_i q'_i z_i, read from its codes. Values accumulate
+// attention weight times z (and the weight itself, for the mean) and leave the basis once per step
+// in `finalize`.
 //
 // Choices of this implementation, stated (the method has no reference paper to follow line by
 // line): whitening (so a part's one scale and one codebook fit all its coordinates), the
@@ -28,9 +28,13 @@
 // heads must agree on block bytes), deviations floored at 1e-3 of the largest, and TurboQuant's
 // sphere codebooks for the parts.
 //
-// Layout: 16 tokens per block, a row per token: the signal part (fp16 scale, hi bit planes of
-// ceil(r/8) bytes), then the noise part (fp16 scale, lo bit planes of ceil((d-r)/8) bytes) when
-// lo > 0 and r < d. Bits per element: that row's bits over d, so rounding of the planes counts.
+// Layout: 16 tokens per block. When both parts fit TurboQuant's token-lane layout (lanes_apply:
+// codes of 2 to 4 bits, or 1 bit over a multiple of 32 coordinates), the block is the signal
+// part's lane part, then the noise part's (turbo_lanes.h; a part's last n mod 32 coordinates are
+// a tail of bytes, lane_words.h), read by the fused lane kernels. Otherwise a row per token: the
+// signal part (fp16 scale, hi bit planes of ceil(r/8) bytes), then the noise part (fp16 scale, lo
+// bit planes of ceil((d-r)/8) bytes) when lo > 0 and r < d, decoded a tile at a time for the float
+// kernels. Bits per element: a token's bytes over d, so rounding counts.
 // The bases (mean, deviations, d x d vectors per head) are codec parameters, counted in the
 // cache's memory. Before calibration fixes r, `methods` reports the bits of r = 0 (the floor).
 #include <fmt/format.h>
@@ -39,11 +43,13 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "src/core/threads.h"
 #include "src/kv/calib/spectral_basis.h"
 #include "src/kv/kernels/f16_kernels.h"
+#include "src/kv/methods/turbo/turbo_lanes.h"
 #include "src/kv/methods/turbo/turbo_rows.h"
 #include "src/kv/registry.h"
 #include "src/kv/rope_table.h"
@@ -55,6 +61,34 @@ namespace {
 
 constexpr int kMaxDim = TurboRows::kMaxDim;
 constexpr int64_t kMaxSamples = 16384;  // vectors per head and side the basis is learned from
+
+// <a, b> over n floats in 16 interleaved partial sums (a vector the compiler keeps), added up in
+// a fixed order.
+float dot16(const float* a, const float* b, int n) {
+  float part[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) part[j] += a[i + j] * b[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
+  float s = 0;
+  for (float p : part) s += p;
+  return s;
+}
+
+// The sum of n attention weights (for the mean's share), in 16 interleaved partial sums that the
+// compiler keeps in a vector, added up in a fixed order: the same sum for the same range.
+float weight_sum(const float* w, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) part[j] += w[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) part[j] += w[i];
+  float s = 0;
+  for (float p : part) s += p;
+  return s;
+}
 
 // One head's rows: the basis and the two parts' row codecs.
 class SpectralRows {
@@ -72,14 +106,21 @@ class SpectralRows {
            (noise_ ? noise_->param_bytes() : 0);
   }
 
-  void encode(const float* x, uint8_t* row) const {
-    float z[kMaxDim];
+  const TurboRows& signal() const { return signal_; }
+  const TurboRows* noise() const { return noise_ ? &*noise_ : nullptr; }
+
+  // z_i = <v_i, x - mu> / sigma_i.
+  void whiten(const float* x, float* z) const {
     for (int i = 0; i < d_; ++i) {
       const float* v = basis_.data() + size_t(i) * d_;
       double s = 0;
       for (int j = 0; j < d_; ++j) s += double(v[j]) * (double(x[j]) - mean_[size_t(j)]);
       z[i] = float(s / sigma_[size_t(i)]);
     }
+  }
+  void encode(const float* x, uint8_t* row) const {
+    float z[kMaxDim];
+    whiten(x, z);
     if (r_ > 0) signal_.encode(z, row);
     if (noise_) noise_->encode(z + r_, row + (r_ > 0 ? signal_.row_bytes() : 0));
   }
@@ -108,17 +149,11 @@ class SpectralRows {
       for (int j = 0; j < d_; ++j) out[j] += c * v[j];
     }
   }
-  // q'_i = sigma_i <v_i, q> (d floats), then <q, mu>.
+  // q'_i = sigma_i <v_i, q> (d floats), then <q, mu>: d^2 multiply-adds per query row and step,
+  // in float vectors (dot16; performance.md, SpectralQuant).
   void to_basis(const float* q, float* state) const {
-    double bias = 0;
-    for (int j = 0; j < d_; ++j) bias += double(q[j]) * mean_[size_t(j)];
-    for (int i = 0; i < d_; ++i) {
-      const float* v = basis_.data() + size_t(i) * d_;
-      double s = 0;
-      for (int j = 0; j < d_; ++j) s += double(v[j]) * q[j];
-      state[i] = float(s * sigma_[size_t(i)]);
-    }
-    state[d_] = float(bias);
+    for (int i = 0; i < d_; ++i) state[i] = sigma_[size_t(i)] * dot16(basis_.data() + size_t(i) * d_, q, d_);
+    state[d_] = dot16(mean_.data(), q, d_);
   }
 
  private:
@@ -168,12 +203,7 @@ class SpectralValueCodec final : public RowBlockCodec<ValueCodec, SpectralRows> 
     decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, A);
     });
-    for (int r = 0; r < n_q; ++r) {
-      const float* wr = w + size_t(r) * w_stride;
-      float s = 0;
-      for (int64_t i = 0; i < i1 - i0; ++i) s += wr[i];
-      acc[size_t(r) * A + size_t(d)] += s;
-    }
+    for (int r = 0; r < n_q; ++r) acc[size_t(r) * A + size_t(d)] += weight_sum(w + size_t(r) * w_stride, i1 - i0);
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t A = accum_floats();
@@ -183,10 +213,134 @@ class SpectralValueCodec final : public RowBlockCodec<ValueCodec, SpectralRows> 
   }
 };
 
+// The rows in the token-lane layout (turbo_lanes.h) when both parts fit it (codes of 2 to 4
+// bits, or 1 bit over a multiple of 32 coordinates): a block of 16 tokens is the signal part's
+// lane part (r coordinates at hi bits), then the noise part's (d - r at lo bits). Scores read the
+// codes through the fused lane kernels against the query in the basis; values accumulate w * z
+// there, as the row path does, without decoding tiles.
+bool lanes_apply(int d, int r, int hi, int lo) {
+  return turbo_lane_part_applies(r, hi) && (lo == 0 || r == d || turbo_lane_part_applies(d - r, lo));
+}
+
+template <typename Base>
+class SpectralLaneCodec : public Base {
+ public:
+  SpectralLaneCodec(SpectralRows rows, bool values)
+      : rows_(std::move(rows)),
+        signal_(rows_.rank(), rows_.signal().bits(), rows_.signal().table(), values) {
+    if (const TurboRows* n = rows_.noise()) noise_.emplace(rows_.head_dim() - rows_.rank(), n->bits(), n->table(), values);
+  }
+  int head_dim() const override { return rows_.head_dim(); }
+  int block_tokens() const override { return kTurboBlockTokens; }
+  size_t block_bytes() const override { return signal_.bytes() + (noise_ ? noise_->bytes() : 0); }
+  size_t param_bytes() const override { return rows_.param_bytes(); }
+  void encode(const float* x, int64_t, uint8_t* block) const override {
+    for (int t = 0; t < kTurboBlockTokens; ++t) encode_token(x + size_t(t) * head_dim(), 0, t, block);
+  }
+  bool encodes_single_tokens() const override { return true; }
+  void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
+    float z[kMaxDim];
+    uint8_t codes[kMaxDim];
+    rows_.whiten(x, z);
+    signal_.put(codes, rows_.signal().quantize(z, codes), slot, block);
+    if (noise_) noise_->put(codes, rows_.noise()->quantize(z + rank(), codes), slot, block + signal_.bytes());
+  }
+  // The plain reference: each part's z = scale * level(code), then out of the basis.
+  void decode(const uint8_t* block, int64_t, float* x) const override {
+    const int d = head_dim(), r = rank();
+    std::vector<float> zs(size_t(kTurboBlockTokens) * r), zn(size_t(kTurboBlockTokens) * (d - r));
+    signal_.decode(block, zs.data());
+    if (noise_) noise_->decode(block + signal_.bytes(), zn.data());
+    float z[kMaxDim];
+    for (int t = 0; t < kTurboBlockTokens; ++t) {
+      std::copy_n(zs.data() + size_t(t) * r, r, z);
+      for (int i = r; i < d; ++i) z[i] = noise_ ? zn[size_t(t) * (d - r) + size_t(i - r)] : 0.0f;
+      rows_.from_basis(z, 1.0f, x + size_t(t) * d);
+    }
+  }
+
+ protected:
+  int rank() const { return rows_.rank(); }
+  const SpectralRows& rows() const { return rows_; }
+  const TurboLanePart& signal() const { return signal_; }
+  const std::optional<TurboLanePart>& noise() const { return noise_; }
+
+ private:
+  SpectralRows rows_;
+  TurboLanePart signal_;
+  std::optional<TurboLanePart> noise_;
+};
+
+// Keys: the state is the signal part's prepared query, the noise part's, then <q, mu>.
+class SpectralLaneKeyCodec final : public SpectralLaneCodec<KeyCodec> {
+ public:
+  explicit SpectralLaneKeyCodec(SpectralRows rows) : SpectralLaneCodec(std::move(rows), false) {}
+  size_t query_state_floats() const override { return signal_floats() + noise_floats() + 1; }
+  void prepare_query(const float* q, float* state, Workspace&) const override {
+    float b[kMaxDim + 1];
+    rows().to_basis(q, b);
+    signal().prepare_query(b, state);
+    if (noise()) noise()->prepare_query(b + rank(), state + signal_floats());
+    state[signal_floats() + noise_floats()] = b[head_dim()];
+  }
+  // The signal part writes the scores; the noise part's and the bias are added, in that order.
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+              size_t out_stride, Workspace& ws) const override {
+    const size_t S = query_state_floats(), n = size_t(i1 - i0);
+    signal().scores(states, S, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
+    float* more = nullptr;
+    if (noise()) {
+      more = ws.get<float>(Workspace::kDecodeTile, size_t(n_q) * n);
+      noise()->scores(states + signal_floats(), S, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, more, n);
+    }
+    for (int r = 0; r < n_q; ++r) {
+      const float bias = states[size_t(r) * S + signal_floats() + noise_floats()];
+      float* o = out + size_t(r) * out_stride;
+      if (more != nullptr) {
+        const float* m = more + size_t(r) * n;
+        for (size_t t = 0; t < n; ++t) o[t] = (o[t] + m[t]) + bias;
+      } else {
+        for (size_t t = 0; t < n; ++t) o[t] += bias;
+      }
+    }
+  }
+
+ private:
+  size_t signal_floats() const { return signal().query_state_floats(); }
+  size_t noise_floats() const { return noise() ? noise()->query_state_floats() : 0; }
+};
+
+// Values: the whitened sum (signal coordinates, then noise), then the sum of weights.
+class SpectralLaneValueCodec final : public SpectralLaneCodec<ValueCodec> {
+ public:
+  explicit SpectralLaneValueCodec(SpectralRows rows) : SpectralLaneCodec(std::move(rows), true) {}
+  size_t accum_floats() const override { return size_t(head_dim()) + 1; }
+  void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                  float* acc, Workspace&) const override {
+    const size_t A = accum_floats();
+    signal().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, A);
+    if (noise()) noise()->accumulate(w, w_stride, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, acc + rank(), A);
+    for (int r = 0; r < n_q; ++r) acc[size_t(r) * A + size_t(head_dim())] += weight_sum(w + size_t(r) * w_stride, i1 - i0);
+  }
+  void finalize(const float* acc, int n_q, float* out) const override {
+    const size_t A = accum_floats();
+    for (int r = 0; r < n_q; ++r) {
+      rows().from_basis(acc + size_t(r) * A, acc[size_t(r) * A + size_t(head_dim())], out + size_t(r) * head_dim());
+    }
+  }
+};
+
+// Bytes a token's part of n coordinates at b bits takes: its fp16 scale and the codes, as bit
+// planes (rows) or as one bit string (lanes).
+double part_bytes(int n, int b, bool lanes) {
+  return 2.0 + (lanes ? double((n * b + 7) / 8) : double(b) * double(plane_bytes(n)));
+}
+
 // Bits per element of a row with signal rank r.
 double row_bits(int d, int r, int hi, int lo) {
-  double bytes = r > 0 ? 2.0 + double(hi) * double(plane_bytes(r)) : 0.0;
-  if (lo > 0 && r < d) bytes += 2.0 + double(lo) * double(plane_bytes(d - r));
+  const bool lanes = r > 0 && lanes_apply(d, r, hi, lo);
+  double bytes = r > 0 ? part_bytes(r, hi, lanes) : 0.0;
+  if (lo > 0 && r < d) bytes += part_bytes(d - r, lo, lanes);
   return 8.0 * bytes / d;
 }
 
@@ -199,10 +353,14 @@ class SpectralMethod final : public WindowedMethod {
   bool needs_calibration() const override { return true; }
   bool per_head_codecs() const override { return true; }
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
-    return std::make_unique<SpectralKeyCodec>(rows(ctx, 0));
+    SpectralRows r = rows(ctx, 0);
+    if (lanes_apply(r.head_dim(), r.rank(), hi_, lo_)) return std::make_unique<SpectralLaneKeyCodec>(std::move(r));
+    return std::make_unique<SpectralKeyCodec>(std::move(r));
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
-    return std::make_unique<SpectralValueCodec>(rows(ctx, 1));
+    SpectralRows r = rows(ctx, 1);
+    if (lanes_apply(r.head_dim(), r.rank(), hi_, lo_)) return std::make_unique<SpectralLaneValueCodec>(std::move(r));
+    return std::make_unique<SpectralValueCodec>(std::move(r));
   }
   double key_bits(int d) const override { return mean_bits(d, 0); }
   double value_bits(int d) const override { return mean_bits(d, 1); }

@@ -10,6 +10,8 @@
 #define VQ_KV_LANE_CODES_INL_H_
 #endif
 
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "hwy/highway.h"
@@ -68,6 +70,33 @@ HWY_INLINE VU CodeBits(const VU* w) {
     return hn::ShiftRight<s>(w[m]);
   } else {
     return hn::Or(hn::ShiftRight<s>(w[m]), hn::ShiftLeft<32 - s>(w[m + 1]));
+  }
+}
+
+// The tail's words (lane_words.h: its bit string kept in tb byte rows of 16 tokens) for the
+// vector of tokens from lane0: word m from bytes 4m .. 4m+3, zero where the string has ended.
+template <int kBits>
+HWY_INLINE void LoadTailWords(const uint8_t* HWY_RESTRICT rows, int tb, int lane0, VU* w) {
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  for (int m = 0; m < kBits; ++m) {
+    w[m] = hn::Zero(du);
+    for (int j = 4 * m; j < tb && j < 4 * m + 4; ++j) {
+      const VU b = hn::PromoteTo(du, hn::LoadU(d8, rows + size_t(j) * 16 + size_t(lane0)));
+      w[m] = hn::Or(w[m], hn::ShiftLeftSame(b, 8 * (j - 4 * m)));
+    }
+  }
+}
+
+// Calls fn(std::integral_constant<int, n>) with n the tail's k channels rounded up to 8, 16, 24
+// or 32, so that a tail kernel spends its work on at most 7 channels past the tail.
+template <class Fn>
+HWY_INLINE void WithTailChannels(int k, Fn&& fn) {
+  switch ((k + 7) / 8) {
+    case 1: fn(std::integral_constant<int, 8>()); break;
+    case 2: fn(std::integral_constant<int, 16>()); break;
+    case 3: fn(std::integral_constant<int, 24>()); break;
+    default: fn(std::integral_constant<int, 32>()); break;
   }
 }
 

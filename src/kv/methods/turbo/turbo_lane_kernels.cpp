@@ -12,6 +12,7 @@
 #include "src/core/fp16.h"
 #include "src/kv/kernels/fused_kernels-inl.h"
 #include "src/kv/methods/turbo/lane_codes-inl.h"
+#include "src/kv/methods/turbo/lane_words.h"
 #include "src/kv/methods/turbo/turbo_lane_kernels.h"
 #include "src/kv/methods/turbo/turbo_sign_lanes.h"
 
@@ -27,7 +28,9 @@ using lane_codes::Levels;
 using lane_codes::LoadLevels;
 using lane_codes::Lookup;
 using lane_codes::CodeBits;
+using lane_codes::LoadTailWords;
 using lane_codes::WithBits;
+using lane_codes::WithTailChannels;
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 constexpr int kSub = 16;    // tokens per block
@@ -53,12 +56,14 @@ HWY_INLINE void ScoreGroup(const Levels& L, const VU* w, const float* qc, VF (*a
 }
 
 // out[r * out_stride + t] = scale_t * sum_c q_r[c] level(code_tc) for the 16 tokens of a block.
-// qg holds the rows chunk-major ([d/32 groups][kRows][32]), so every query value a group needs
-// is a fixed offset from one pointer. The vectors of 16 tokens are taken one at a time (two on
-// AVX2): the accumulators of both would not fit its 16 registers beside the words and tables.
-template <int kBits, int kRows>
+// qg holds the rows chunk-major ([groups][kRows][32]), so every query value a group needs is a
+// fixed offset from one pointer. The vectors of 16 tokens are taken one at a time (two on AVX2):
+// the accumulators of both would not fit its 16 registers beside the words and tables. kTail > 0:
+// after the n_groups whole groups, the tail's first kTail channels (lane_words.h; tb bytes a
+// token), whose query values past the tail are zero in qg.
+template <int kBits, int kRows, int kTail>
 HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const uint8_t* HWY_RESTRICT blk, int n_groups,
-                           float* HWY_RESTRICT out, size_t out_stride) {
+                           int tb, float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
   const DU du;
   const hn::Rebind<hwy::float16_t, DF> dh;
@@ -74,6 +79,11 @@ HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const 
       for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
       ScoreGroup<kBits, kRows>(L, w, qg + size_t(g) * kRows * kGroup, acc, std::make_index_sequence<kGroup>());
     }
+    if constexpr (kTail > 0) {
+      VU w[kBits];
+      LoadTailWords<kBits>(reinterpret_cast<const uint8_t*>(words + size_t(n_groups) * kBits * kSub), tb, p * kLanes, w);
+      ScoreGroup<kBits, kRows>(L, w, qg + size_t(n_groups) * kRows * kGroup, acc, std::make_index_sequence<kTail>());
+    }
     const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
     for (int r = 0; r < kRows; ++r) {
       hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
@@ -84,15 +94,27 @@ HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const 
 template <int kBits, int kRows>
 void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
                const float* table16, float* out, size_t out_stride) {
-  const int n_groups = d / kGroup;
+  const int n_groups = d / kGroup, tail = d % kGroup, tb = LaneWords::tail_bytes(d, kBits);
   alignas(64) float qg[kRows * 4096];
-  for (int g = 0; g < n_groups; ++g) {
-    for (int r = 0; r < kRows; ++r) std::memcpy(qg + (size_t(g) * kRows + r) * kGroup, q + size_t(r) * qs + size_t(g) * kGroup, kGroup * 4);
+  for (int g = 0; g * kGroup < d; ++g) {
+    const int n = std::min(kGroup, d - g * kGroup);
+    for (int r = 0; r < kRows; ++r) {
+      float* dst = qg + (size_t(g) * kRows + r) * kGroup;
+      std::memcpy(dst, q + size_t(r) * qs + size_t(g) * kGroup, size_t(n) * 4);
+      std::fill(dst + n, dst + kGroup, 0.0f);
+    }
   }
   const Levels L = LoadLevels(table16);
-  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
-    ScoreBlock<kBits, kRows>(L, qg, blk, n_groups, dst, stride);
-  });
+  const auto run = [&](auto kt) {
+    ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
+      ScoreBlock<kBits, kRows, kt()>(L, qg, blk, n_groups, tb, dst, stride);
+    });
+  };
+  if (tail == 0) {
+    run(std::integral_constant<int, 0>());
+  } else {
+    WithTailChannels(tail, run);
+  }
 }
 
 template <int kBits>
@@ -206,10 +228,11 @@ HWY_INLINE void AccumulateQuad(const Levels& L, const VU* w, const float* HWY_RE
   (one(std::integral_constant<int, int(KK)>()), ...);
 }
 
-// acc rows (rotated channels of group g, kQuad of them from kQuad h) += the run's W * levels.
+// acc rows (rotated channels of group g, kQuad of them from kQuad h; accg is the group's first)
+// += the run's W * levels. Block bi's words of the group start at words0 + bi * wstride bytes.
 template <int kBits, int kRows, int h>
-HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int g,
-                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT acc, size_t acc_stride,
+HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT words0, size_t wstride, int nb, int g,
+                                  const float* HWY_RESTRICT W, float* HWY_RESTRICT accg, size_t acc_stride,
                                   const uint8_t* next, size_t share, size_t next_bytes) {
   // This pass's share of the next run's bytes (see AccumulateRows).
   const size_t p0 = size_t(g * (kGroup / kQuad) + h) * share;
@@ -221,28 +244,31 @@ HWY_INLINE void AccumulateQuadRun(const Levels& L, const uint8_t* HWY_RESTRICT r
     for (int kk = 0; kk < kQuad; ++kk) A[r][kk][0] = hn::Zero(df);
   }
   for (int bi = 0; bi < nb; ++bi) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(run + size_t(bi) * bb + kScaleBytes) + size_t(g) * kBits * kSub;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(words0 + size_t(bi) * wstride);
     for (int p = 0; p < kParts; ++p) {
       VU w[kBits];  // the words these channels do not touch are never loaded (dead loads)
       for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + m * kSub + p * kLanes);
       AccumulateQuad<kBits, kRows, h>(L, w, W + size_t(bi) * kRows * kSub + p * kLanes, A, std::make_index_sequence<kQuad>());
     }
   }
-  AddQuadLaneSums<kRows, kQuad>(A, acc + size_t(g) * kGroup + kQuad * h, acc_stride);
+  AddQuadLaneSums<kRows, kQuad>(A, accg + kQuad * h, acc_stride);
 }
 
 template <int kBits, int kRows, size_t... H>
-HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* run, size_t bb, int nb, int g, const float* W,
-                                float* acc, size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
+HWY_INLINE void AccumulateGroup(const Levels& L, const uint8_t* words0, size_t wstride, int nb, int g, const float* W,
+                                float* accg, size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
                                 std::index_sequence<H...>) {
-  (AccumulateQuadRun<kBits, kRows, int(H)>(L, run, bb, nb, g, W, acc, acc_stride, next, share, next_bytes), ...);
+  (AccumulateQuadRun<kBits, kRows, int(H)>(L, words0, wstride, nb, g, W, accg, acc_stride, next, share, next_bytes),
+   ...);
 }
 
 template <int kBits, int kRows>
 void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
                     const float* table16, float* acc, size_t acc_stride) {
   const Levels L = LoadLevels(table16);
-  const int n_groups = d / kGroup;
+  const DU du;
+  const int n_groups = d / kGroup, tail = d % kGroup, tb = LaneWords::tail_bytes(d, kBits);
+  const int passes = n_groups * (kGroup / kQuad) + (tail + 7) / 8 * 8 / kQuad;  // the tail's: WithTailChannels
   alignas(64) float W[kBatch * kRows * kSub];
   const int64_t end_block = (i1 + kSub - 1) / kSub;
   for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
@@ -253,7 +279,7 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
     // each pass over the blocks; a burst of a whole run's prefetches fills the line-fill buffers
     // and stalls (q4 found the same). A prefetch past the end of the cache's memory never faults.
     const size_t next_bytes = size_t(nb) * bb;
-    const size_t share = (next_bytes + size_t(n_groups) * (kGroup / kQuad) - 1) / (size_t(n_groups) * (kGroup / kQuad));
+    const size_t share = (next_bytes + size_t(passes) - 1) / size_t(passes);
     if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
     // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
     for (int bi = 0; bi < nb; ++bi) {
@@ -261,8 +287,33 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
                                      W + size_t(bi) * kRows * kSub);
     }
     for (int g = 0; g < n_groups; ++g) {
-      AccumulateGroup<kBits, kRows>(L, run, bb, nb, g, W, acc, acc_stride, run + next_bytes, share, next_bytes,
+      AccumulateGroup<kBits, kRows>(L, run + kScaleBytes + size_t(g) * kBits * kSub * 4, bb, nb, g, W,
+                                    acc + size_t(g) * kGroup, acc_stride, run + next_bytes, share, next_bytes,
                                     std::make_index_sequence<kGroup / kQuad>());
+    }
+    if (tail > 0) {
+      // The tail's words are built from its byte rows once per run (every pass over its channels
+      // reads them); its channels rounded up to 8 go to a scratch row of 32 a query, and the
+      // first `tail` are added to acc.
+      alignas(64) uint32_t TW[kBatch * kBits * kSub];
+      const size_t tail_at = kScaleBytes + LaneWords::tail_offset(d, kBits);
+      for (int bi = 0; bi < nb; ++bi) {
+        for (int p = 0; p < kParts; ++p) {
+          VU w[kBits];
+          LoadTailWords<kBits>(run + size_t(bi) * bb + tail_at, tb, p * kLanes, w);
+          for (int m = 0; m < kBits; ++m) hn::Store(w[m], du, TW + (size_t(bi) * kBits + m) * kSub + p * kLanes);
+        }
+      }
+      alignas(64) float T[kRows * kGroup] = {};
+      WithTailChannels(tail, [&](auto kt) {
+        AccumulateGroup<kBits, kRows>(L, reinterpret_cast<const uint8_t*>(TW), size_t(kBits) * kSub * 4, nb, n_groups,
+                                      W, T, size_t(kGroup), run + next_bytes, share, next_bytes,
+                                      std::make_index_sequence<kt() / kQuad>());
+      });
+      for (int r = 0; r < kRows; ++r) {
+        float* a = acc + size_t(r) * acc_stride + size_t(n_groups) * kGroup;
+        for (int c = 0; c < tail; ++c) a[c] += T[r * kGroup + c];
+      }
     }
   }
 }

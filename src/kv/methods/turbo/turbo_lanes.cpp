@@ -2,6 +2,8 @@
 // lane codecs, which call the kernels of turbo_lane_kernels.cpp.
 #include "src/kv/methods/turbo/turbo_lanes.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "src/core/fp16.h"
 #include "src/kv/methods/turbo/lane_words.h"
 #include "src/kv/methods/turbo/turbo_lane_kernels.h"
+#include "veloxquant/error.h"
 
 namespace vq::kv {
 namespace {
@@ -45,6 +48,7 @@ class LaneLayout {
 TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values)
     : d_(d), bits_(bits), signs_(values && sign_lanes::apply(d, bits)),
       tables_(!values && bits == 1 && d <= kTurboLaneTableDim), levels_(std::move(levels)) {
+  VQ_CHECK(turbo_lane_part_applies(d, bits), fmt::format("turbo lanes: no lane part of {} channels at {} bits", d, bits));
   for (int i = 0; i < 16; ++i) table16_[size_t(i)] = levels_[size_t(i) % levels_.size()];
   if (signs_) sign_lanes::make_patterns(levels_[0], levels_[1], patterns_.data());
 }
@@ -172,6 +176,10 @@ class TurboLaneValueCodec final : public TurboLaneBlockCodec<ValueCodec> {
 }  // namespace
 
 bool turbo_lanes_apply(int d, int bits) { return bits >= 1 && bits <= 4 && d % kGroup == 0 && d > 0 && d <= 4096; }
+
+bool turbo_lane_part_applies(int d, int bits) {
+  return turbo_lanes_apply(d, bits) || (bits >= 2 && bits <= 4 && d > 0 && d <= 4096);
+}
 
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows) {
   if (turbo_lanes_apply(rows.head_dim(), rows.bits())) {

@@ -19,8 +19,10 @@
 //   accumulate: acc'_c += sum_t (w_t scale_t) level(code_tc) in the rotated space; per channel
 //               the lanes are summed once per run of 256 tokens.
 //
-// Applies when bits is 1..4, head_dim is a multiple of 32 and at most 4096; otherwise the
-// row layout (RowKeyCodec / RowValueCodec) keeps serving the rows.
+// The lane codecs apply when bits is 1..4, head_dim is a multiple of 32 and at most 4096;
+// otherwise the row layout (RowKeyCodec / RowValueCodec) keeps serving the rows. A lane part of
+// other sizes (SpectralQuant's parts) keeps the channels past the last whole group of 32 as a
+// tail of bytes (lane_words.h), at 2 to 4 bits.
 #pragma once
 
 #include <array>
@@ -37,7 +39,7 @@ namespace vq::kv {
 // per-channel token planes of turbo_sign_lanes.h): its scalar put and decode, and its fused
 // kernels over blocks `stride` bytes apart, the part at the same offset in each. The lane codecs
 // are one part per block; TurboQuant-Prod keeps two side by side (its codes and its residual's
-// sketch). Requires turbo_lanes_apply(d, bits).
+// sketch). Requires turbo_lane_part_applies(d, bits).
 class TurboLanePart {
  public:
   // levels: the 2^bits levels a code stands for before the token's scale; values: the value layout.
@@ -69,6 +71,8 @@ class TurboLanePart {
 };
 
 bool turbo_lanes_apply(int d, int bits);
+// A part of d channels: turbo_lanes_apply, or d not a multiple of 32 at 2 to 4 bits (a tail).
+bool turbo_lane_part_applies(int d, int bits);
 // One-bit key parts up to this d score through per-nibble query tables (4 d floats of state per
 // query); above it, through the query itself.
 inline constexpr int kTurboLaneTableDim = 512;
