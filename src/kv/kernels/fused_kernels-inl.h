@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -47,7 +48,11 @@ HWY_INLINE void PrefetchBytes(const uint8_t* p, size_t bytes) {
 // run touch, dst being out itself for a block wholly inside the range and a buffer for a partial
 // one at either end (whose tokens in range are then copied out), so a kernel never writes past
 // the range. The block four ahead is prefetched (a prefetch past the end never faults).
-template <int kRows, int kSub, class ScoreBlock>
+//
+// kAdd: the scores are added to what out holds (a codec whose score is a sum of parts, each part
+// adding its own in turn). score_block then takes a fourth argument, std::true_type where it
+// adds to dst and std::false_type where it writes the buffer, whose tokens are then added.
+template <int kRows, int kSub, bool kAdd = false, class ScoreBlock>
 HWY_INLINE void ScoreLaneBlocks(const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1, float* out, size_t out_stride,
                                 const ScoreBlock& score_block) {
   alignas(64) float tmp[kRows * kSub];
@@ -56,13 +61,24 @@ HWY_INLINE void ScoreLaneBlocks(const uint8_t* blocks, size_t bb, int64_t i0, in
     PrefetchBytes(blk + 4 * bb, bb);
     const int64_t first = b * kSub;
     if (first >= i0 && first + kSub <= i1) {
-      score_block(blk, out + (first - i0), out_stride);
+      if constexpr (kAdd) {
+        score_block(blk, out + (first - i0), out_stride, std::true_type());
+      } else {
+        score_block(blk, out + (first - i0), out_stride);
+      }
       continue;
     }
-    score_block(blk, tmp, size_t(kSub));
+    if constexpr (kAdd) {
+      score_block(blk, tmp, size_t(kSub), std::false_type());
+    } else {
+      score_block(blk, tmp, size_t(kSub));
+    }
     const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
     for (int r = 0; r < kRows; ++r) {
-      for (int64_t x = a; x < e; ++x) out[size_t(r) * out_stride + size_t(x - i0)] = tmp[r * kSub + (x - first)];
+      for (int64_t x = a; x < e; ++x) {
+        float& o = out[size_t(r) * out_stride + size_t(x - i0)];
+        o = kAdd ? o + tmp[r * kSub + (x - first)] : tmp[r * kSub + (x - first)];
+      }
     }
   }
 }

@@ -287,6 +287,30 @@ TEST(Method_turbo, PiecesFusedEqualsReference) {
   check_all("turbo:bits=3,channels=96", {192}, 48);  // pieces of 96 take the dense rotation
 }
 
+// One-bit key parts score through nibble tables; add_scores adds those scores too.
+TEST(Method_turbo, LanePartAddsOneBitScores) {
+  const int tried = for_each_supported_target([] {
+    const int d = 64, n = 48;
+    const TurboLanePart keys(d, 1, {-0.5f, 0.5f}, false);
+    Rng rng(3);
+    std::vector<uint8_t> mem(keys.bytes() * 3), codes(static_cast<size_t>(d));
+    for (int t = 0; t < n; ++t) {
+      for (auto& c : codes) c = uint8_t(rng.next_u64() & 1);
+      keys.put(codes.data(), f32_to_f16(float(0.5 + 0.01 * t)), t % 16, mem.data() + size_t(t / 16) * keys.bytes());
+    }
+    std::vector<float> q(size_t(5) * d), state(5 * keys.query_state_floats());
+    for (auto& v : q) v = float(rng.normal());
+    for (int r = 0; r < 5; ++r) keys.prepare_query(q.data() + size_t(r) * d, state.data() + size_t(r) * keys.query_state_floats());
+    const int64_t i0 = 5, i1 = 43;
+    std::vector<float> out(size_t(5) * (i1 - i0)), added(out.size(), -2.0f);
+    keys.scores(state.data(), keys.query_state_floats(), 5, mem.data(), keys.bytes(), i0, i1, out.data(), size_t(i1 - i0));
+    keys.add_scores(state.data(), keys.query_state_floats(), 5, mem.data(), keys.bytes(), i0, i1, added.data(),
+                    size_t(i1 - i0));
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(added[i], -2.0f + out[i]) << "score " << i;
+  });
+  EXPECT_GE(tried, 2);
+}
+
 // A lane part whose size is not a multiple of 32 keeps its tail as bytes (lane_words.h): every
 // code reads back, a token takes 2 + ceil(bits d / 8) bytes, and the fused scores and sums equal
 // the decoded tokens' on every target, at each tail length and 2 to 4 bits.
@@ -320,6 +344,11 @@ TEST(Method_turbo, LanePartTailsOnEveryTarget) {
         for (int r = 0; r < 2; ++r) keys.prepare_query(q.data() + size_t(r) * d, state.data() + size_t(r) * keys.query_state_floats());
         std::vector<float> out(size_t(2) * (i1 - i0));
         keys.scores(state.data(), keys.query_state_floats(), 2, mem.data(), keys.bytes(), i0, i1, out.data(), size_t(i1 - i0));
+        // add_scores adds the same scores to what is there, as out + score.
+        std::vector<float> added(out.size(), 1.5f);
+        keys.add_scores(state.data(), keys.query_state_floats(), 2, mem.data(), keys.bytes(), i0, i1, added.data(),
+                        size_t(i1 - i0));
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(added[i], 1.5f + out[i]) << "score " << i;
         // Sums of five weight rows (four in the kernels' quads, one alone), against the same.
         std::vector<float> w(size_t(5) * (i1 - i0)), acc(size_t(5) * (d + 3), 0.0f);
         for (auto& v : w) v = float(rng.uniform());

@@ -285,23 +285,17 @@ class SpectralLaneKeyCodec final : public SpectralLaneCodec<KeyCodec> {
   }
   // The signal part writes the scores; the noise part's and the bias are added, in that order.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride, Workspace& ws) const override {
+              size_t out_stride, Workspace&) const override {
     const size_t S = query_state_floats(), n = size_t(i1 - i0);
     signal().scores(states, S, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
-    float* more = nullptr;
     if (noise()) {
-      more = ws.get<float>(Workspace::kDecodeTile, size_t(n_q) * n);
-      noise()->scores(states + signal_floats(), S, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, more, n);
+      noise()->add_scores(states + signal_floats(), S, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, out,
+                          out_stride);
     }
     for (int r = 0; r < n_q; ++r) {
       const float bias = states[size_t(r) * S + signal_floats() + noise_floats()];
       float* o = out + size_t(r) * out_stride;
-      if (more != nullptr) {
-        const float* m = more + size_t(r) * n;
-        for (size_t t = 0; t < n; ++t) o[t] = (o[t] + m[t]) + bias;
-      } else {
-        for (size_t t = 0; t < n; ++t) o[t] += bias;
-      }
+      for (size_t t = 0; t < n; ++t) o[t] += bias;
     }
   }
 

@@ -44,6 +44,14 @@ static_assert(kSub % kLanes == 0, "16 tokens must be whole vectors");
 // Two accumulator sets, alternating by channel, so that the FMA latency never limits.
 constexpr int kSets = 2;
 
+// A vector of 16 tokens' scores: written, or (kAdd) added to what is there, as out + v.
+template <bool kAdd>
+HWY_INLINE void StoreScores(VF v, float* HWY_RESTRICT out) {
+  const DF df;
+  if constexpr (kAdd) v = hn::Add(hn::LoadU(df, out), v);
+  hn::StoreU(v, df, out);
+}
+
 template <int kBits, int kRows, int k>
 HWY_INLINE void ScoreChannel(const Levels& L, const VU* w, const float* HWY_RESTRICT qc, VF (*acc)[kRows]) {
   const VF v = Lookup<kBits>(L, CodeBits<kBits, k>(w));
@@ -60,8 +68,8 @@ HWY_INLINE void ScoreGroup(const Levels& L, const VU* w, const float* qc, VF (*a
 // fixed offset from one pointer. The vectors of 16 tokens are taken one at a time (two on AVX2):
 // the accumulators of both would not fit its 16 registers beside the words and tables. kTail > 0:
 // after the n_groups whole groups, the tail's first kTail channels (lane_words.h; tb bytes a
-// token), whose query values past the tail are zero in qg.
-template <int kBits, int kRows, int kTail>
+// token), whose query values past the tail are zero in qg. kAdd: the scores are added to out.
+template <int kBits, int kRows, int kTail, bool kAdd>
 HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const uint8_t* HWY_RESTRICT blk, int n_groups,
                            int tb, float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
@@ -86,12 +94,12 @@ HWY_INLINE void ScoreBlock(const Levels& L, const float* HWY_RESTRICT qg, const 
     }
     const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
     for (int r = 0; r < kRows; ++r) {
-      hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
+      StoreScores<kAdd>(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), out + size_t(r) * out_stride + p * kLanes);
     }
   }
 }
 
-template <int kBits, int kRows>
+template <int kBits, int kRows, bool kAdd>
 void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
                const float* table16, float* out, size_t out_stride) {
   const int n_groups = d / kGroup, tail = d % kGroup, tb = LaneWords::tail_bytes(d, kBits);
@@ -105,10 +113,14 @@ void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int 
     }
   }
   const Levels L = LoadLevels(table16);
+  // The block callback's `add` is empty (kAdd false) or ScoreLaneBlocks' std::true_type (add to
+  // out) or std::false_type (write its buffer); the fold gives the kernel's kAdd.
   const auto run = [&](auto kt) {
-    ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
-      ScoreBlock<kBits, kRows, kt()>(L, qg, blk, n_groups, tb, dst, stride);
-    });
+    ScoreLaneBlocks<kRows, kSub, kAdd>(blocks, bb, i0, i1, out, out_stride,
+                                       [&](const uint8_t* blk, float* dst, size_t stride, auto... add) {
+                                         ScoreBlock<kBits, kRows, kt(), (false || ... || add())>(L, qg, blk, n_groups,
+                                                                                                 tb, dst, stride);
+                                       });
   };
   if (tail == 0) {
     run(std::integral_constant<int, 0>());
@@ -117,22 +129,30 @@ void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int 
   }
 }
 
-template <int kBits>
+template <int kBits, bool kAdd>
 void ScoresT(const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
              const float* table16, float* out, size_t out_stride) {
   int r = 0;
   for (; r + 4 <= n_q; r += 4) {
-    ScoreRows<kBits, 4>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
+    ScoreRows<kBits, 4, kAdd>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride,
+                              out_stride);
   }
   for (; r < n_q; ++r) {
-    ScoreRows<kBits, 1>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride, out_stride);
+    ScoreRows<kBits, 1, kAdd>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride,
+                              out_stride);
   }
 }
 
-void TurboLanesScores(int bits, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
+void TurboLanesScores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
                       int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {
   if (i1 <= i0) return;
-  WithBits(bits, [&](auto b) { ScoresT<b()>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride); });
+  WithBits(bits, [&](auto b) {
+    if (add) {
+      ScoresT<b(), true>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride);
+    } else {
+      ScoresT<b(), false>(q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride);
+    }
+  });
 }
 
 // ---- scores through nibble tables (1 bit) -------------------------------------------------
@@ -160,7 +180,7 @@ HWY_INLINE void TableWord(VU w, const float* const* tabs, size_t nib, VF (*acc)[
 
 // out[r * out_stride + t] = scale_t * sum over nibbles of tabs[r][nibble][its code bits]; nibble
 // 8m + n is bits 4n.. of the block's word m (word g holds group g's 32 channels).
-template <int kRows>
+template <int kRows, bool kAdd>
 HWY_INLINE void TableScoreBlock(const float* const* tabs, int n_words, const uint8_t* HWY_RESTRICT blk,
                                 float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
@@ -179,32 +199,43 @@ HWY_INLINE void TableScoreBlock(const float* const* tabs, int n_words, const uin
     }
     const VF s = hn::PromoteTo(df, hn::LoadU(dh, scales + p * kLanes));
     for (int r = 0; r < kRows; ++r) {
-      hn::StoreU(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), df, out + size_t(r) * out_stride + p * kLanes);
+      StoreScores<kAdd>(hn::Mul(hn::Add(acc[0][r], acc[1][r]), s), out + size_t(r) * out_stride + p * kLanes);
     }
   }
 }
 
-template <int kRows>
+template <int kRows, bool kAdd>
 void TableScoreRows(const float* states, size_t qs, const uint8_t* blocks, size_t bb, int n_words, int64_t i0,
                     int64_t i1, float* out, size_t out_stride) {
   const float* tabs[kRows];
   for (int r = 0; r < kRows; ++r) tabs[r] = states + size_t(r) * qs;
-  ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
-    TableScoreBlock<kRows>(tabs, n_words, blk, dst, stride);
-  });
+  ScoreLaneBlocks<kRows, kSub, kAdd>(blocks, bb, i0, i1, out, out_stride,
+                                     [&](const uint8_t* blk, float* dst, size_t stride, auto... add) {
+                                       TableScoreBlock<kRows, (false || ... || add())>(tabs, n_words, blk, dst, stride);
+                                     });
 }
 
-void TurboLanesTableScores(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words,
-                           int64_t i0, int64_t i1, float* out, size_t out_stride) {
-  if (i1 <= i0) return;
+template <bool kAdd>
+void TableScoresT(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words, int64_t i0,
+                  int64_t i1, float* out, size_t out_stride) {
   int r = 0;
   for (; r + 4 <= n_q; r += 4) {
-    TableScoreRows<4>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                      out_stride);
+    TableScoreRows<4, kAdd>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
+                            out_stride);
   }
   for (; r < n_q; ++r) {
-    TableScoreRows<1>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                      out_stride);
+    TableScoreRows<1, kAdd>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
+                            out_stride);
+  }
+}
+
+void TurboLanesTableScores(bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb,
+                           int n_words, int64_t i0, int64_t i1, float* out, size_t out_stride) {
+  if (i1 <= i0) return;
+  if (add) {
+    TableScoresT<true>(states, n_q, qs, blocks, bb, n_words, i0, i1, out, out_stride);
+  } else {
+    TableScoresT<false>(states, n_q, qs, blocks, bb, n_words, i0, i1, out, out_stride);
   }
 }
 
@@ -348,14 +379,14 @@ HWY_EXPORT(TurboLanesScores);
 HWY_EXPORT(TurboLanesTableScores);
 HWY_EXPORT(TurboLanesAccumulate);
 
-void scores(int bits, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0,
-            int64_t i1, const float* table16, float* out, size_t out_stride) {
-  HWY_DYNAMIC_DISPATCH(TurboLanesScores)(bits, q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride);
+void scores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
+            int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(TurboLanesScores)(bits, add, q, n_q, qs, blocks, bb, d, i0, i1, table16, out, out_stride);
 }
 
-void table_scores(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words, int64_t i0,
-                  int64_t i1, float* out, size_t out_stride) {
-  HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(states, n_q, qs, blocks, bb, n_words, i0, i1, out, out_stride);
+void table_scores(bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words,
+                  int64_t i0, int64_t i1, float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(TurboLanesTableScores)(add, states, n_q, qs, blocks, bb, n_words, i0, i1, out, out_stride);
 }
 
 void accumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,

@@ -99,13 +99,22 @@ void TurboLanePart::prepare_query(const float* q, float* state) const {
 
 void TurboLanePart::scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
                            int64_t i0, int64_t i1, float* out, size_t out_stride) const {
+  score(false, states, state_stride, n_q, blocks, stride, i0, i1, out, out_stride);
+}
+
+void TurboLanePart::add_scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks,
+                               size_t stride, int64_t i0, int64_t i1, float* out, size_t out_stride) const {
+  score(true, states, state_stride, n_q, blocks, stride, i0, i1, out, out_stride);
+}
+
+void TurboLanePart::score(bool add, const float* states, size_t state_stride, int n_q, const uint8_t* blocks,
+                          size_t stride, int64_t i0, int64_t i1, float* out, size_t out_stride) const {
   if (tables_) {
-    turbo_lanes::table_scores(states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out,
-                                                out_stride);
+    turbo_lanes::table_scores(add, states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out, out_stride);
     return;
   }
-  turbo_lanes::scores(bits_, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(),
-                                         out, out_stride);
+  turbo_lanes::scores(bits_, add, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(), out,
+                      out_stride);
 }
 
 void TurboLanePart::accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t stride,

@@ -58,11 +58,17 @@ class TurboLanePart {
   void prepare_query(const float* q, float* state) const;
   void scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
               int64_t i1, float* out, size_t out_stride) const;
+  // The same scores added to what out holds (out + score, per token): the parts of a codec whose
+  // score is a sum of parts (TurboQuant's pieces and Prod, SpectralQuant) add theirs in turn.
+  void add_scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
+                  int64_t i1, float* out, size_t out_stride) const;
   // Values: acc rows (acc_stride apart, d floats used) += sum_t w_t scale_t level(code_t).
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t stride, int64_t i0,
                   int64_t i1, float* acc, size_t acc_stride) const;
 
  private:
+  void score(bool add, const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
+             int64_t i0, int64_t i1, float* out, size_t out_stride) const;
   int d_, bits_;
   bool signs_, tables_;
   std::vector<float> levels_;

@@ -109,19 +109,12 @@ class TurboPiecesKeyCodec final : public TurboPiecesCodec<KeyCodec> {
   // Piece 0 writes the scores, the others add theirs, in piece order (the same sum on every
   // target and for any range).
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride, Workspace& ws) const override {
-    const size_t qs = query_state_floats(), ps = part().query_state_floats(), n = size_t(i1 - i0);
+              size_t out_stride, Workspace&) const override {
+    const size_t qs = query_state_floats(), ps = part().query_state_floats();
     part().scores(states, qs, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
-    if (pieces() == 1) return;
-    float* more = ws.get<float>(Workspace::kDecodeTile, size_t(n_q) * n);
     for (int p = 1; p < pieces(); ++p) {
-      part().scores(states + size_t(p) * ps, qs, n_q, blocks + size_t(p) * part().bytes(), block_bytes(), i0, i1, more,
-                    n);
-      for (int r = 0; r < n_q; ++r) {
-        float* o = out + size_t(r) * out_stride;
-        const float* m = more + size_t(r) * n;
-        for (size_t t = 0; t < n; ++t) o[t] += m[t];
-      }
+      part().add_scores(states + size_t(p) * ps, qs, n_q, blocks + size_t(p) * part().bytes(), block_bytes(), i0, i1,
+                        out, out_stride);
     }
   }
 };

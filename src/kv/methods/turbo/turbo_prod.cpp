@@ -289,15 +289,11 @@ class ProdLaneKeyCodec final : public ProdLaneCodec<KeyCodec> {
     lanes().signs().prepare_query(sq.data(), state + lanes().mse().query_state_floats());
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
-              size_t out_stride, Workspace& ws) const override {
-    const size_t qs = query_state_floats(), n = size_t(i1 - i0);
-    float* const sk = ws.get<float>(Workspace::kDecodeTile, size_t(n_q) * n);
+              size_t out_stride, Workspace&) const override {
+    const size_t qs = query_state_floats();
     lanes().mse().scores(states, qs, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
-    lanes().signs().scores(states + lanes().mse().query_state_floats(), qs, n_q, blocks + lanes().mse().bytes(),
-                           block_bytes(), i0, i1, sk, n);
-    for (int r = 0; r < n_q; ++r) {
-      for (size_t t = 0; t < n; ++t) out[size_t(r) * out_stride + t] += sk[size_t(r) * n + t];
-    }
+    lanes().signs().add_scores(states + lanes().mse().query_state_floats(), qs, n_q, blocks + lanes().mse().bytes(),
+                               block_bytes(), i0, i1, out, out_stride);
   }
 };
 
