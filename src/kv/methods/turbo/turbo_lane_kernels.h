@@ -8,9 +8,9 @@
 
 namespace vq::kv::turbo_lanes {
 
-// out rows (out_stride apart) = (or with add, out + ) the scores of tokens [i0, i1) against n_q
-// queries (qs floats apart), codes of `bits` bits read through table16 (the levels, 16 floats);
-// blocks bb bytes apart.
+// The scores of tokens [i0, i1) against n_q queries (qs floats apart) into out rows (out_stride
+// apart): written, or with add, added as out + score. Codes of `bits` bits read through table16
+// (the levels, 16 floats); blocks bb bytes apart.
 void scores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
             int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride);
 // The same at one bit from the queries' nibble tables (states, qs floats apart; n_words = d / 32).
