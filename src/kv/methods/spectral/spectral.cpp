@@ -62,32 +62,33 @@ namespace {
 constexpr int kMaxDim = TurboRows::kMaxDim;
 constexpr int64_t kMaxSamples = 16384;  // vectors per head and side the basis is learned from
 
-// <a, b> over n floats in 16 interleaved partial sums (a vector the compiler keeps), added up in
-// a fixed order.
-float dot16(const float* a, const float* b, int n) {
+// The sum of term(i) over i < n in 16 interleaved partial sums (a vector the compiler keeps),
+// added up in a fixed order: the same sum for the same n.
+template <typename Term>
+float sum16(int64_t n, Term term) {
   float part[16] = {};
-  int i = 0;
+  int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) part[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 16; ++j) part[j] += term(i + j);
   }
-  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
+  for (int j = 0; i < n; ++i, ++j) part[j] += term(i);
   float s = 0;
   for (float p : part) s += p;
   return s;
 }
 
-// The sum of n attention weights (for the mean's share), in 16 interleaved partial sums that the
-// compiler keeps in a vector, added up in a fixed order: the same sum for the same range.
-float weight_sum(const float* w, int64_t n) {
-  float part[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) part[j] += w[i + j];
+float dot16(const float* a, const float* b, int n) {
+  return sum16(n, [&](int64_t i) { return a[i] * b[i]; });
+}
+
+// What both key codecs add to every score: the bias <q, mu>, kept at state[bias_at] of each row.
+void add_bias(const float* states, size_t state_floats, size_t bias_at, int n_q, int64_t n, float* out,
+              size_t out_stride) {
+  for (int r = 0; r < n_q; ++r) {
+    const float bias = states[size_t(r) * state_floats + bias_at];
+    float* o = out + size_t(r) * out_stride;
+    for (int64_t t = 0; t < n; ++t) o[t] += bias;
   }
-  for (int j = 0; i < n; ++i, ++j) part[j] += w[i];
-  float s = 0;
-  for (float p : part) s += p;
-  return s;
 }
 
 // One head's rows: the basis and the two parts' row codecs.
@@ -155,6 +156,18 @@ class SpectralRows {
     for (int i = 0; i < d_; ++i) state[i] = sigma_[size_t(i)] * dot16(basis_.data() + size_t(i) * d_, q, d_);
     state[d_] = dot16(mean_.data(), q, d_);
   }
+  // Both value codecs' accumulators: d whitened sums, then the sum of the weights (for the
+  // mean's share). add_weight_sums adds a call's weights to the last float of each row.
+  static void add_weight_sums(const float* w, size_t w_stride, int n_q, int64_t n, float* acc, size_t acc_floats) {
+    for (int r = 0; r < n_q; ++r) {
+      const float* wr = w + size_t(r) * w_stride;
+      acc[size_t(r) * acc_floats + acc_floats - 1] += sum16(n, [&](int64_t i) { return wr[i]; });
+    }
+  }
+  void finalize(const float* acc, int n_q, float* out) const {
+    const size_t A = size_t(d_) + 1;
+    for (int r = 0; r < n_q; ++r) from_basis(acc + size_t(r) * A, acc[size_t(r) * A + size_t(d_)], out + size_t(r) * d_);
+  }
 
  private:
   int d_, r_;
@@ -183,11 +196,7 @@ class SpectralKeyCodec final : public RowBlockCodec<KeyCodec, SpectralRows> {
     decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_scores(states, n_q, S, tile, size_t(d), n, d, out + (a - i0), out_stride);
     });
-    for (int r = 0; r < n_q; ++r) {
-      const float bias = states[size_t(r) * S + size_t(d)];
-      float* o = out + size_t(r) * out_stride;
-      for (int64_t i = 0; i < i1 - i0; ++i) o[i] += bias;
-    }
+    add_bias(states, S, size_t(d), n_q, i1 - i0, out, out_stride);
   }
 };
 
@@ -203,14 +212,9 @@ class SpectralValueCodec final : public RowBlockCodec<ValueCodec, SpectralRows> 
     decode_row_tiles(WhitenedRows{rows()}, blocks, i0, i1, ws, [&](int64_t a, int64_t n, const float* tile) {
       float_accumulate(w + (a - i0), w_stride, n_q, tile, size_t(d), n, d, acc, A);
     });
-    for (int r = 0; r < n_q; ++r) acc[size_t(r) * A + size_t(d)] += weight_sum(w + size_t(r) * w_stride, i1 - i0);
+    SpectralRows::add_weight_sums(w, w_stride, n_q, i1 - i0, acc, A);
   }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    const size_t A = accum_floats();
-    for (int r = 0; r < n_q; ++r) {
-      rows().from_basis(acc + size_t(r) * A, acc[size_t(r) * A + size_t(head_dim())], out + size_t(r) * head_dim());
-    }
-  }
+  void finalize(const float* acc, int n_q, float* out) const override { rows().finalize(acc, n_q, out); }
 };
 
 // The rows in the token-lane layout (turbo_lanes.h) when both parts fit it (codes of 2 to 4
@@ -286,17 +290,13 @@ class SpectralLaneKeyCodec final : public SpectralLaneCodec<KeyCodec> {
   // The signal part writes the scores; the noise part's and the bias are added, in that order.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace&) const override {
-    const size_t S = query_state_floats(), n = size_t(i1 - i0);
+    const size_t S = query_state_floats();
     signal().scores(states, S, n_q, blocks, block_bytes(), i0, i1, out, out_stride);
     if (noise()) {
       noise()->add_scores(states + signal_floats(), S, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, out,
                           out_stride);
     }
-    for (int r = 0; r < n_q; ++r) {
-      const float bias = states[size_t(r) * S + signal_floats() + noise_floats()];
-      float* o = out + size_t(r) * out_stride;
-      for (size_t t = 0; t < n; ++t) o[t] += bias;
-    }
+    add_bias(states, S, signal_floats() + noise_floats(), n_q, i1 - i0, out, out_stride);
   }
 
  private:
@@ -314,14 +314,9 @@ class SpectralLaneValueCodec final : public SpectralLaneCodec<ValueCodec> {
     const size_t A = accum_floats();
     signal().accumulate(w, w_stride, n_q, blocks, block_bytes(), i0, i1, acc, A);
     if (noise()) noise()->accumulate(w, w_stride, n_q, blocks + signal().bytes(), block_bytes(), i0, i1, acc + rank(), A);
-    for (int r = 0; r < n_q; ++r) acc[size_t(r) * A + size_t(head_dim())] += weight_sum(w + size_t(r) * w_stride, i1 - i0);
+    SpectralRows::add_weight_sums(w, w_stride, n_q, i1 - i0, acc, A);
   }
-  void finalize(const float* acc, int n_q, float* out) const override {
-    const size_t A = accum_floats();
-    for (int r = 0; r < n_q; ++r) {
-      rows().from_basis(acc + size_t(r) * A, acc[size_t(r) * A + size_t(head_dim())], out + size_t(r) * head_dim());
-    }
-  }
+  void finalize(const float* acc, int n_q, float* out) const override { rows().finalize(acc, n_q, out); }
 };
 
 // Bytes a token's part of n coordinates at b bits takes: its fp16 scale and the codes, as bit
