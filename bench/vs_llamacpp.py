@@ -20,14 +20,25 @@ ours/llama.cpp pair gets its same-round ratio.
 
   python3 bench/vs_llamacpp.py -m llama3-8b-attn-4l-f16.gguf --depth 16384 -p 0 -n 32 --reps 1 \
       --rounds 2 --fa 1 --kv fp16 --kv kivi:kbits=2,vbits=2 --ctk f16,q4_0,turbo3 --out vs-d16k
+
+--results FILE also writes the runs as a stamped results file for the report (`scripts/report`'s
+"Both engines" section reads results/vs_llamacpp_*.json): {"stamp": {command, commit, llama_cpp_commit,
+date, duration_s, machine}, "data": {"runs": [...]}}. --pack RUNS_JSON --results FILE --command "..."
+writes that file from a finished run's runs.json instead of running anything (the commits and the
+command are then given, since they are those of the run, not of the checkout).
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sh(cmd):
@@ -52,6 +63,26 @@ def wait_idle(max_s, need=0.9):
             return
 
 
+def git_head(path):
+    return sh(f"git -C '{path}' rev-parse HEAD 2>/dev/null")
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+    mem = int(open("/proc/meminfo").readline().split()[1]) * 1024
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**30, 1), "os": platform.platform()}
+
+
+def write_results(path, runs, command, commit, llama_commit, date, duration_s):
+    """The stamped results file the report reads (see the module's docstring)."""
+    doc = {"stamp": {"command": command, "commit": commit, "llama_cpp_commit": llama_commit, "date": date,
+                     "duration_s": round(duration_s, 1), "machine": machine()},
+           "data": {"runs": runs}}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def timed(cmd, tag, out):
     """Run argv under /usr/bin/time -v; return (stdout, peak RSS MiB, wall s, others' CPU share during the run)."""
     b0, _ = busy_idle()
@@ -71,7 +102,7 @@ def timed(cmd, tag, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-m", "--model")
     ap.add_argument("--vq", default="/work/main/build/tools/veloxquant/veloxquant")
     ap.add_argument("--llama-bench", default="/work/oracle/llama.cpp/build/bin/llama-bench")
     ap.add_argument("--fa", default="1,0", help="llama.cpp flash-attention settings, one contender each")
@@ -83,11 +114,27 @@ def main():
     ap.add_argument("--depth", type=int, default=0, help="tokens in the cache before the decode figure")
     ap.add_argument("--kv", action="append", help="our cache method (repeatable; default fp16)")
     ap.add_argument("--ctk", default="f16", help="llama.cpp cache types, comma separated (keys and values)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="folder for each process's output and runs.json")
+    ap.add_argument("--results", help="also write the stamped results file the report reads")
+    ap.add_argument("--llama-commit", default="", help="llama.cpp's commit for the stamp (default: git of --llama-bench's tree)")
+    ap.add_argument("--pack", help="with --results: pack this finished run's runs.json, running nothing")
+    ap.add_argument("--commit", default="", help="with --pack: our commit that made the runs")
+    ap.add_argument("--command", default="", help="with --pack: the command that made the runs")
+    ap.add_argument("--date", default="", help="with --pack: when the runs started (UTC, ISO 8601)")
+    ap.add_argument("--duration", type=float, default=0.0, help="with --pack: the runs' wall seconds")
     ap.add_argument("--clean", type=float, default=0.05, help="others' CPU share under which a round pair counts as clean")
     ap.add_argument("--wait-idle", type=float, default=0, help="before each run wait up to this many s for an idle machine")
     a = ap.parse_args()
+    if a.pack:
+        if not (a.results and a.commit and a.llama_commit and a.command and a.date):
+            sys.exit("vs_llamacpp: --pack needs --results, --commit, --llama-commit, --command and --date")
+        with open(a.pack) as f:
+            write_results(a.results, json.load(f), a.command, a.commit, a.llama_commit, a.date, a.duration)
+        return
+    if not (a.out and a.model):
+        sys.exit("vs_llamacpp: -m and --out are required")
     os.makedirs(a.out, exist_ok=True)
+    t_start, date = time.time(), datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
     t, p, n, r, d = str(a.threads), str(a.p), str(a.n), str(a.reps), str(a.depth)
     kvs = a.kv or ["fp16"]
     cont = {}
@@ -135,6 +182,10 @@ def main():
                   f"  | {load.split('load')[-1]}"
                   f" | {busy}", flush=True)
     json.dump(runs, open(os.path.join(a.out, "runs.json"), "w"), indent=1)
+    if a.results:
+        llama = a.llama_commit or git_head(os.path.dirname(os.path.abspath(a.llama_bench)))
+        write_results(a.results, runs, " ".join(["python3", "bench/vs_llamacpp.py"] + sys.argv[1:]), git_head(ROOT),
+                      llama, date, time.time() - t_start)
 
     def mmm(v):
         return f"{statistics.median(v):7.2f} [{min(v):.2f}, {max(v):.2f}]"

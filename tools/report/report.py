@@ -28,6 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import engines  # noqa: E402  (the "both engines" section, beside this file)
 import pick  # noqa: E402  (the "which method" section, beside this file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -450,6 +451,13 @@ def render():
 
     pk = load("passkey")
     if pk:
+        # results/passkey_*.json: single stamped passkey runs made by hand with the command in their
+        # stamp (settings that need a calibration the matrix does not make), shown after the matrix's.
+        for path in sorted(glob.glob(os.path.join(RESULTS, "passkey_*.json"))):
+            with open(path) as f:
+                extra = json.load(f)
+            if "stamp" in extra and "results" in extra.get("data", {}):
+                pk["runs"].append(extra)
         rows, fig_data = [], {}
         for run in pk["runs"]:
             d = run["data"]
@@ -525,6 +533,7 @@ def render():
         ax.legend()
         parts += ["![KV memory](%s)" % savefig(plt, fig, "kv_memory_vs_context.png"), ""]
         parts += ["Command: " + stamp_line(run["stamp"]), ""]
+    parts += engines.section(RESULTS, plt, savefig, table, stamp_line)
 
     ab = load("attn_bench")
     if ab:
