@@ -11,6 +11,7 @@
 #include "src/core/rng.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/kernels/lut_kernels.h"
+#include "src/kv/methods/kvquant/kvquant_rows.h"
 #include "src/kv/rope_table.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
@@ -179,6 +180,38 @@ TEST(Method_kvquant, LanesEqualReferenceOnEveryTarget) {
 // Dense-and-sparse: the values outside the thresholds come back as their dense decode plus their
 // sparse difference, to fp16's precision on that difference (a relative 2^-11), in the lane
 // layout (d = 128) and the row layout (d = 100).
+// A value's outliers are the channels a stable sort by value puts at its ends (split_token, the
+// calibration's form): quantize_value finds them without the sort. Values from a set of 5, so that
+// ties are common, and from a normal, at slot counts from 1 to d/2.
+TEST(Method_kvquant, ValueOutliersAreTheSortedEnds) {
+  Rng rng(23);
+  const kvquant::Datatype type({-1.0f, -0.5f, 0.0f, 0.5f, 1.0f});
+  for (int d : {2, 3, 8, 64, 128}) {
+    for (int S : {1, 2, 3, d / 2}) {
+      if (S < 1 || S > d / 2) continue;
+      for (int trial = 0; trial < 200; ++trial) {
+        std::vector<float> x(static_cast<size_t>(d));
+        for (auto& v : x) v = trial % 2 ? float(rng.normal()) : float(int(rng.uniform() * 5) - 2);
+        std::vector<int> order;
+        const kvquant::TokenSplit sp = kvquant::split_token(x.data(), d, S, &order);
+        std::vector<int> want;
+        for (int j = 0; j < sp.n_low; ++j) want.push_back(order[size_t(j)]);
+        for (int j = 0; j < S - sp.n_low; ++j) want.push_back(order[size_t(d - 1 - j)]);
+        std::sort(want.begin(), want.end());
+        uint16_t scale = 0, zero = 0;
+        std::vector<uint8_t> codes(static_cast<size_t>(d));
+        std::vector<kvquant::SparseSlot> slots(static_cast<size_t>(S));
+        kvquant::quantize_value(x.data(), d, S, type, &scale, &zero, codes.data(), slots.data());
+        EXPECT_EQ(scale, kvquant::to_f16(0.5f * (sp.hi - sp.lo))) << "d " << d << " S " << S << " trial " << trial;
+        EXPECT_EQ(zero, kvquant::to_f16(0.5f * (sp.hi + sp.lo))) << "d " << d << " S " << S << " trial " << trial;
+        for (int i = 0; i < S; ++i) {
+          ASSERT_EQ(slots[size_t(i)].channel, want[size_t(i)]) << "d " << d << " S " << S << " trial " << trial;
+        }
+      }
+    }
+  }
+}
+
 TEST(Method_kvquant, OutliersComeBackToHalfPrecision) {
   for (const int d : {128, 100}) {
     SCOPED_TRACE(d);

@@ -17,21 +17,56 @@
 
 namespace vq::kv::kvquant {
 
-TokenSplit split_token(const float* x, int d, int S, std::vector<int>* order) {
-  order->resize(size_t(d));
-  std::iota(order->begin(), order->end(), 0);
-  std::stable_sort(order->begin(), order->end(), [x](int a, int b) { return x[a] < x[b]; });
-  const auto& o = *order;
-  TokenSplit best{x[o[0]], x[o[size_t(d - 1)]], 0};
+namespace {
+
+// The split that narrows the range most, given the channels in sorted order at both ends:
+// low[j] = order[j] and high[j] = order[d - 1 - j] for j <= S.
+TokenSplit best_split(const float* x, int S, const int* low, const int* high) {
+  TokenSplit best{x[low[0]], x[high[0]], 0};
   float best_range = INFINITY;
   for (int j = 0; j <= S; ++j) {
-    const float lo = x[o[size_t(j)]], hi = x[o[size_t(d - 1 - (S - j))]];
+    const float lo = x[low[j]], hi = x[high[S - j]];
     if (hi - lo < best_range) {
       best_range = hi - lo;
       best = {lo, hi, j};
     }
   }
   return best;
+}
+
+// The S + 1 first and S + 1 last channels of a stable sort by value (ties: the lower channel
+// first), found in one pass without sorting the rest: low[j] = order[j], high[j] = order[d - 1 -
+// j]. Each value token of the cache needs only these, and a full sort of d channels was the
+// largest part of encoding one.
+void order_ends(const float* x, int d, int S, int* low, int* high) {
+  const int n = std::min(S + 1, d);
+  int nl = 0, nh = 0;
+  for (int c = 0; c < d; ++c) {
+    // c comes after every channel seen, so it goes below an equal value in low's order and above
+    // it in high's.
+    if (nl < n || x[c] < x[low[nl - 1]]) {
+      int k = std::min(nl, n - 1);
+      while (k > 0 && x[c] < x[low[k - 1]]) low[k] = low[k - 1], --k;
+      low[k] = c;
+      nl = std::min(nl + 1, n);
+    }
+    if (nh < n || x[c] >= x[high[nh - 1]]) {
+      int k = std::min(nh, n - 1);
+      while (k > 0 && x[c] >= x[high[k - 1]]) high[k] = high[k - 1], --k;
+      high[k] = c;
+      nh = std::min(nh + 1, n);
+    }
+  }
+}
+
+}  // namespace
+
+TokenSplit split_token(const float* x, int d, int S, std::vector<int>* order) {
+  order->resize(size_t(d));
+  std::iota(order->begin(), order->end(), 0);
+  std::stable_sort(order->begin(), order->end(), [x](int a, int b) { return x[a] < x[b]; });
+  std::vector<int> high(order->rbegin(), order->rbegin() + std::min(S + 1, d));
+  return best_split(x, S, order->data(), high.data());
 }
 
 int quantize_key(const float* pre, int d, int S, const Datatype& type, const float* mid, const float* half,
@@ -56,18 +91,19 @@ int quantize_key(const float* pre, int d, int S, const Datatype& type, const flo
 
 void quantize_value(const float* x, int d, int S, const Datatype& type, uint16_t* scale, uint16_t* zero,
                     uint8_t* codes, SparseSlot* slots) {
-  std::vector<int> order;
-  const TokenSplit sp = split_token(x, d, S, &order);
+  int low[kMaxHeadDim / 2 + 1], high[kMaxHeadDim / 2 + 1], outl[kMaxHeadDim / 2];
+  order_ends(x, d, S, low, high);
+  const TokenSplit sp = best_split(x, S, low, high);
   *scale = to_f16(0.5f * (sp.hi - sp.lo));
   *zero = to_f16(0.5f * (sp.hi + sp.lo));
   const float s = f16_to_f32(*scale), z = f16_to_f32(*zero);
   for (int c = 0; c < d; ++c) codes[c] = type.code(s > 0.0f ? (x[c] - z) / s : 0.0f);
-  std::vector<int> outl;
-  for (int j = 0; j < sp.n_low; ++j) outl.push_back(order[size_t(j)]);
-  for (int j = 0; j < S - sp.n_low; ++j) outl.push_back(order[size_t(d - 1 - j)]);
-  std::sort(outl.begin(), outl.end());
+  int n = 0;
+  for (int j = 0; j < sp.n_low; ++j) outl[n++] = low[j];
+  for (int j = 0; j < S - sp.n_low; ++j) outl[n++] = high[j];
+  std::sort(outl, outl + n);
   for (int i = 0; i < S; ++i) {
-    const int c = outl[size_t(i)];
+    const int c = outl[i];
     slots[i] = {to_f16(x[c] - (z + s * type.levels[codes[c]])), c};
   }
 }
