@@ -1,7 +1,10 @@
-// Highway versions of QJL's per-group query tables (qjl_lane_kernels.h).
+// Highway versions of QJL's sketch projection and per-group query tables (qjl_lane_kernels.h).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/methods/qjl/qjl_lane_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <cstddef>
+#include <cstdint>
+
 #include "hwy/highway.h"
 #include "src/kv/methods/qjl/qjl_lane_kernels.h"
 
@@ -61,6 +64,43 @@ void OutlierGroupTables(int m, int om, const float* const* cols, const float* HW
   if (om != m) NibbleTables(w_out, m, c_in, wc, tab_corr);
 }
 
+// kV vectors of rows [i, i + kV N) of S x, summed over the channels in order.
+template <int kV>
+HWY_INLINE void ProjectRows(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT x, int i,
+                            float* HWY_RESTRICT out, const uint8_t* mask, bool in_mask) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  hn::Vec<DF> acc[kV];
+  for (int v = 0; v < kV; ++v) acc[v] = hn::Zero(df);
+  for (int c = 0; c < d; ++c) {
+    if (mask && (mask[c] != 0) != in_mask) continue;
+    const auto xc = hn::Set(df, x[c]);
+    const float* col = st + size_t(c) * size_t(m) + size_t(i);
+    for (int v = 0; v < kV; ++v) acc[v] = hn::Add(acc[v], hn::Mul(xc, hn::LoadU(df, col + v * N)));
+  }
+  for (int v = 0; v < kV; ++v) hn::StoreU(acc[v], df, out + i + v * N);
+}
+
+// out[i] = sum over the channels c, in order, of x[c] * st[c m + i]: a product and a sum, each
+// rounded (no fused multiply-add), so every target and the scalar tail give the same bits. Eight
+// vectors of rows stay in registers over all channels.
+void ProjectColumns(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT x, int rows,
+                    float* HWY_RESTRICT out, const uint8_t* mask, bool in_mask) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  int i = 0;
+  for (; i + 8 * N <= rows; i += 8 * N) ProjectRows<8>(st, m, d, x, i, out, mask, in_mask);
+  for (; i + N <= rows; i += N) ProjectRows<1>(st, m, d, x, i, out, mask, in_mask);
+  for (; i < rows; ++i) {
+    float s = 0.0f;
+    for (int c = 0; c < d; ++c) {
+      if (mask && (mask[c] != 0) != in_mask) continue;
+      s += x[c] * st[size_t(c) * size_t(m) + size_t(i)];
+    }
+    out[i] = s;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv::qjl
 HWY_AFTER_NAMESPACE();
@@ -69,6 +109,12 @@ HWY_AFTER_NAMESPACE();
 namespace vq::kv::qjl {
 HWY_EXPORT(QueryTables);
 HWY_EXPORT(OutlierGroupTables);
+HWY_EXPORT(ProjectColumns);
+
+void project_columns(const float* st, int m, int d, const float* x, int rows, float* out, const uint8_t* mask,
+                     bool in_mask) {
+  HWY_DYNAMIC_DISPATCH(ProjectColumns)(st, m, d, x, rows, out, mask, in_mask);
+}
 
 void query_tables(const float* w, int m, float c, float* tab, float* scratch) {
   HWY_DYNAMIC_DISPATCH(QueryTables)(w, m, c, tab, scratch);

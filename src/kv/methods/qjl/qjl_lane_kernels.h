@@ -1,12 +1,21 @@
-// The query tables of QJL's keys with outlier channels in the token-lane layout (qjl.cpp),
-// compiled per SIMD target (qjl_lane_kernels.cpp).
+// QJL's kernels, compiled per SIMD target (qjl_lane_kernels.cpp): the sketch's projection S x
+// (qjl_sketch.h; every key the cache takes is projected), and the query tables of its keys with
+// outlier channels in the token-lane layout (qjl.cpp).
 //
 // A nibble table (turbo_lanes.h) of w over n rows with levels -c, +c: entry i of nibble k is the
 // sum over j < 4, in order, of w[4k + j] * (bit j of i ? c : -c), products and sums rounded in
 // float; every target gives the same bits.
 #pragma once
 
+#include <cstdint>
+
 namespace vq::kv::qjl {
+
+// out[0, rows) = the first rows of S x for S kept by columns (st: d columns of m floats), over the
+// channels c with (mask[c] != 0) == in_mask (all when mask is null): each row's sum over the
+// channels in order, products and sums rounded in float; every target gives the same bits.
+void project_columns(const float* st, int m, int d, const float* x, int rows, float* out, const uint8_t* mask,
+                     bool in_mask);
 
 // tab (4 m floats) = the nibble table of w (m rows, a multiple of 32) with levels -c, +c.
 // scratch: m floats.

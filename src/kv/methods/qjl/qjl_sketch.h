@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/kv/methods/qjl/qjl_lane_kernels.h"
 
 namespace vq::kv::qjl {
 
@@ -71,13 +72,7 @@ class GaussianSketch {
   // out[0, rows) = (S x)[0, rows) over the channels c with (mask[c] != 0) == in_mask (all
   // channels when mask is null). rows <= m.
   void project(const float* x, int rows, float* out, const uint8_t* mask = nullptr, bool in_mask = false) const {
-    for (int i = 0; i < rows; ++i) out[i] = 0.0f;
-    for (int c = 0; c < d_; ++c) {
-      if (mask && (mask[c] != 0) != in_mask) continue;
-      const float xc = x[c];
-      const float* col = column(c);
-      for (int i = 0; i < rows; ++i) out[i] += xc * col[i];
-    }
+    project_columns(st_.data(), m_, d_, x, rows, out, mask, in_mask);
   }
 
   // out[c] += (S^T z)_c for z of m floats (the sum over the rows taken first, then added).
