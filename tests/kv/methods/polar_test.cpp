@@ -10,6 +10,8 @@
 
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
+#include "src/kv/calib/nuq.h"
+#include "src/kv/methods/polar/polar_angles.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/error.h"
 
@@ -69,6 +71,42 @@ double relative_error(const std::string& spec, int d, uint64_t seed) {
 
 // With 8 bits per angle every angle is within a few thousandths of a radian, so a transform that
 // put any quadrant of the level-1 circle in the wrong place would show as an O(1) error.
+// The angle codes from comparisons are the codes of the angle itself: atan2 wrapped onto the
+// circle and floored into k cells at level 1, the nearest-level rule on [0, pi/2] above. Points
+// on the axes and signed zeros included; a point within 1e-9 of an edge may go either way.
+TEST(Method_polar, AngleCodesWithoutArcTangent) {
+  Rng rng(5);
+  std::vector<std::pair<double, double>> pts;
+  for (double a : {0.0, -0.0, 1.5, -1.5}) {
+    for (double b : {0.0, -0.0, 2.0, -2.0}) pts.push_back({a, b});
+  }
+  for (int i = 0; i < 20000; ++i) pts.push_back({rng.normal(), rng.normal()});
+  for (int k : {2, 4, 8, 16}) {
+    const std::vector<polar::Edge> e = polar::circle_edges(k);
+    for (auto [a, b] : pts) {
+      double psi = std::atan2(b, a);
+      if (psi < 0) psi += 2 * M_PI;
+      const double cells = psi * k / (2 * M_PI);
+      if (std::fabs(cells - std::round(cells)) < 1e-9 && std::fabs(a) > 0 && std::fabs(b) > 0) continue;
+      EXPECT_EQ(polar::circle_cell(a, b, k, e), std::min(k - 1, int(cells))) << "k " << k << " a " << a << " b " << b;
+    }
+  }
+  for (int level = 2; level <= 4; ++level) {
+    const std::vector<float> levels = lloyd_max_polar_angle(level, 2).levels;
+    const std::vector<float> mids = level_midpoints(levels);
+    std::vector<polar::Edge> e;
+    for (float m : mids) e.push_back(polar::edge(double(m)));
+    for (auto [a, b] : pts) {
+      const double u = std::fabs(a), v = std::fabs(b), psi = std::atan2(v, u);
+      bool near = false;
+      for (float m : mids) near = near || std::fabs(psi - double(m)) < 1e-9;
+      if (near) continue;
+      EXPECT_EQ(polar::edges_below(u, v, e), nearest_level(mids.data(), int(mids.size()), float(psi)))
+          << "level " << level << " u " << u << " v " << v;
+    }
+  }
+}
+
 TEST(Method_polar, RoundTripsWithFineAngles) {
   for (int levels : {1, 4, 7}) {
     const double e = relative_error("polar:bits1=8,bits=8,levels=" + std::to_string(levels), 128, 5);

@@ -11,10 +11,10 @@
 // level-1 angles uniform on the full circle [0, 2 pi); level-l angles on [0, pi/2] with density
 // proportional to sin^(2^(l-1) - 1)(2 psi), concentrated around pi/4. Each level's angles are
 // coded against the Lloyd–Max codebook of its density: B1 bits at level 1 (uniform cells of the
-// circle, the optimal quantizer of a uniform density; atan2's (-pi, pi] is wrapped into
-// [0, 2 pi) first, so no angle is quantized against the wrong interval), B bits above
-// (src/kv/calib/lloyd_max.h, solved numerically). No normalization constants are stored: the
-// radii are the only scalars.
+// circle, the optimal quantizer of a uniform density; the circle is atan2's (-pi, pi] wrapped
+// onto [0, 2 pi)), B bits above (src/kv/calib/lloyd_max.h, solved numerically). An angle's code
+// is found by comparing the pair against the cell edges, without taking the angle
+// (polar_angles.h). No normalization constants are stored: the radii are the only scalars.
 //
 // Decoding walks the tree down from the radii, multiplying by cos and sin of each level's coded
 // angle (tables of 2^B entries; up to 4 bits, held in registers and read a vector of angles at a
@@ -42,6 +42,7 @@
 #include "src/kv/calib/lloyd_max.h"
 #include "src/kv/calib/nuq.h"
 #include "src/kv/kernels/lut_kernels.h"
+#include "src/kv/methods/polar/polar_angles.h"
 #include "src/kv/methods/polar/polar_kernels.h"
 #include "src/kv/methods/turbo/turbo_rows.h"
 #include "src/kv/registry.h"
@@ -79,6 +80,11 @@ class PolarRows {
         sin_[stride_ * size_t(l - 1) + size_t(c)] = float(std::sin(double(a[size_t(c)])));
       }
       mids_.push_back(l == 1 ? std::vector<float>{} : level_midpoints(a));
+      // What encode compares each angle with (polar_angles.h): level 1's cell boundaries in the
+      // first quadrant, the upper levels' midpoints.
+      std::vector<polar::Edge> e = l == 1 ? polar::circle_edges(k) : std::vector<polar::Edge>{};
+      for (float m : mids_.back()) e.push_back(polar::edge(double(m)));
+      edges_.push_back(std::move(e));
     }
     row_ = at;
     tables_ = std::all_of(bits_.begin() + 1, bits_.end(), [](int b) { return b <= polar::kTableBits; });
@@ -87,7 +93,10 @@ class PolarRows {
   size_t row_bytes() const { return row_; }
   size_t param_bytes() const {
     size_t n = 0;
-    for (int l = 1; l <= levels_; ++l) n += (2 * (size_t(1) << bits_[size_t(l)]) + mids_[size_t(l) - 1].size()) * sizeof(float);
+    for (int l = 1; l <= levels_; ++l) {
+      n += (2 * (size_t(1) << bits_[size_t(l)]) + mids_[size_t(l) - 1].size()) * sizeof(float) +
+           edges_[size_t(l) - 1].size() * sizeof(polar::Edge);
+    }
     return n;
   }
 
@@ -97,16 +106,10 @@ class PolarRows {
     std::copy_n(x, d_, r);
     for (int l = 1; l <= levels_; ++l) {
       const int n = angles(l), k = 1 << bits_[size_t(l)];
+      const std::vector<polar::Edge>& e = edges_[size_t(l) - 1];
       for (int i = 0; i < n; ++i) {
         const double a = r[2 * i], b = r[2 * i + 1];
-        double psi = std::atan2(b, a);
-        if (l == 1) {
-          if (psi < 0) psi += 2 * M_PI;  // (-pi, pi] onto the full circle [0, 2 pi)
-          codes[i] = uint8_t(std::min(k - 1, int(psi * k / (2 * M_PI))));
-        } else {
-          const std::vector<float>& m = mids_[size_t(l) - 1];
-          codes[i] = uint8_t(nearest_level(m.data(), int(m.size()), float(psi)));
-        }
+        codes[i] = uint8_t(l == 1 ? polar::circle_cell(a, b, k, e) : polar::edges_below(a, b, e));
         r[i] = float(std::sqrt(a * a + b * b));
       }
       pack_planes(codes, n, bits_[size_t(l)], row + offset_[size_t(l)]);
@@ -133,6 +136,7 @@ class PolarRows {
   bool tables_ = false;  // every level's angles fit register tables (polar::kTableBits)
   std::vector<size_t> offset_;
   std::vector<std::vector<float>> mids_;  // per level, from level 1
+  std::vector<std::vector<polar::Edge>> edges_;  // per level, from level 1: what encode compares with
   std::vector<float> cos_, sin_;          // per level, from level 1, stride_ floats each
   size_t row_ = 0;
 };
