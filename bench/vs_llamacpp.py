@@ -74,7 +74,17 @@ def machine():
 
 
 def write_results(path, runs, command, commit, llama_commit, date, duration_s):
-    """The stamped results file the report reads (see the module's docstring)."""
+    """The stamped results file the report reads (see the module's docstring). A figure not measured
+    (prefill with -p 0) is null there, not NaN, so that the file is plain JSON."""
+    def plain(x):
+        if isinstance(x, float) and x != x:
+            return None
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        return x
+    runs = plain(runs)
     doc = {"stamp": {"command": command, "commit": commit, "llama_cpp_commit": llama_commit, "date": date,
                      "duration_s": round(duration_s, 1), "machine": machine()},
            "data": {"runs": runs}}
