@@ -2,8 +2,10 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kv/methods/qjl/qjl_lane_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "hwy/highway.h"
 #include "src/kv/methods/qjl/qjl_lane_kernels.h"
@@ -101,6 +103,39 @@ void ProjectColumns(const float* HWY_RESTRICT st, int m, int d, const float* HWY
   }
 }
 
+// out row r (out_stride apart) [c] += sum over i < m, in order from 0, of st[c m + i] * a_r[i]: the
+// scalar order of each (r, c), with the rows in the vector lanes (a block of N rows transposed
+// into aT first) and four channels at a time, so that the chains of sums run side by side.
+void TransposedAdd(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT a, size_t a_stride, int n,
+                   float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  constexpr int kC = 4;
+  std::vector<float> aT(size_t(m) * size_t(N));
+  alignas(64) float sums[kC][hn::MaxLanes(df)];
+  for (int r0 = 0; r0 < n; r0 += N) {
+    const int nr = std::min(N, n - r0);
+    for (int i = 0; i < m; ++i) {
+      for (int l = 0; l < N; ++l) aT[size_t(i) * N + l] = l < nr ? a[size_t(r0 + l) * a_stride + size_t(i)] : 0.0f;
+    }
+    for (int c0 = 0; c0 < d; c0 += kC) {
+      const int nc = std::min(kC, d - c0);
+      hn::Vec<DF> acc[kC];
+      for (int k = 0; k < kC; ++k) acc[k] = hn::Zero(df);
+      const float* col[kC];
+      for (int k = 0; k < kC; ++k) col[k] = st + size_t(std::min(c0 + k, d - 1)) * size_t(m);
+      for (int i = 0; i < m; ++i) {
+        const auto x = hn::LoadU(df, aT.data() + size_t(i) * N);
+        for (int k = 0; k < kC; ++k) acc[k] = hn::Add(acc[k], hn::Mul(hn::Set(df, col[k][i]), x));
+      }
+      for (int k = 0; k < nc; ++k) {
+        hn::Store(acc[k], df, sums[k]);
+        for (int l = 0; l < nr; ++l) out[size_t(r0 + l) * out_stride + size_t(c0 + k)] += sums[k][l];
+      }
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv::qjl
 HWY_AFTER_NAMESPACE();
@@ -110,6 +145,12 @@ namespace vq::kv::qjl {
 HWY_EXPORT(QueryTables);
 HWY_EXPORT(OutlierGroupTables);
 HWY_EXPORT(ProjectColumns);
+HWY_EXPORT(TransposedAdd);
+
+void transposed_add(const float* st, int m, int d, const float* a, size_t a_stride, int n, float* out,
+                    size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(TransposedAdd)(st, m, d, a, a_stride, n, out, out_stride);
+}
 
 void project_columns(const float* st, int m, int d, const float* x, int rows, float* out, const uint8_t* mask,
                      bool in_mask) {

@@ -7,6 +7,7 @@
 // float; every target gives the same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace vq::kv::qjl {
@@ -16,6 +17,11 @@ namespace vq::kv::qjl {
 // channels in order, products and sums rounded in float; every target gives the same bits.
 void project_columns(const float* st, int m, int d, const float* x, int rows, float* out, const uint8_t* mask,
                      bool in_mask);
+// For n rows a_r (a_stride apart, m floats each): out row r (out_stride apart) += S^T a_r, each
+// channel's sum over the m rows of S taken in order from zero and then added to out (the scalar
+// add_transposed's order), so every target gives the same bits.
+void transposed_add(const float* st, int m, int d, const float* a, size_t a_stride, int n, float* out,
+                    size_t out_stride);
 
 // tab (4 m floats) = the nibble table of w (m rows, a multiple of 32) with levels -c, +c.
 // scratch: m floats.

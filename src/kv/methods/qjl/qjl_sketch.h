@@ -77,6 +77,11 @@ class GaussianSketch {
 
   // out[c] += (S^T z)_c for z of m floats (the sum over the rows taken first, then added).
   void add_transposed(const float* z, float* out) const { add_transposed(z, m_, out); }
+  // The same for n vectors z_r (z_stride apart) into out rows (out_stride apart), in the same order
+  // of sums, with the vectors in the lanes: attention's values finalize all query rows at once.
+  void add_transposed_rows(const float* z, size_t z_stride, int n, float* out, size_t out_stride) const {
+    transposed_add(st_.data(), m_, d_, z, z_stride, n, out, out_stride);
+  }
   // The same with the first `rows` rows of S and z, over the channels c with
   // (mask[c] != 0) == in_mask (all channels when mask is null).
   void add_transposed(const float* z, int rows, float* out, const uint8_t* mask = nullptr, bool in_mask = false) const {

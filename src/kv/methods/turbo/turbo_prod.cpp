@@ -192,11 +192,8 @@ class ProdValueCodec final : public RowBlockCodec<ValueCodec, ProdRows> {
   }
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t as = accum_floats();
-    for (int r = 0; r < n_q; ++r) {
-      const float* a = acc + size_t(r) * as;
-      std::copy_n(a, d_, out + size_t(r) * d_);
-      rows().sketch().add_transposed(a + d_, out + size_t(r) * d_);
-    }
+    for (int r = 0; r < n_q; ++r) std::copy_n(acc + size_t(r) * as, d_, out + size_t(r) * d_);
+    rows().sketch().add_transposed_rows(acc + d_, as, n_q, out, size_t(d_));
   }
 
  private:
@@ -313,11 +310,8 @@ class ProdLaneValueCodec final : public ProdLaneCodec<ValueCodec> {
   void finalize(const float* acc, int n_q, float* out) const override {
     const size_t as = accum_floats();
     const int d = lanes().d();
-    for (int r = 0; r < n_q; ++r) {
-      const float* a = acc + size_t(r) * as;
-      std::copy_n(a, d, out + size_t(r) * d);
-      lanes().sketch().add_transposed(a + d, out + size_t(r) * d);
-    }
+    for (int r = 0; r < n_q; ++r) std::copy_n(acc + size_t(r) * as, d, out + size_t(r) * d);
+    lanes().sketch().add_transposed_rows(acc + d, as, n_q, out, size_t(d));
   }
 };
 
