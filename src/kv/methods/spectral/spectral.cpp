@@ -49,6 +49,7 @@
 #include "src/core/threads.h"
 #include "src/kv/calib/spectral_basis.h"
 #include "src/kv/kernels/f16_kernels.h"
+#include "src/kv/methods/spectral/spectral_kernels.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
 #include "src/kv/methods/turbo/turbo_rows.h"
 #include "src/kv/registry.h"
@@ -77,9 +78,6 @@ float sum16(int64_t n, Term term) {
   return s;
 }
 
-float dot16(const float* a, const float* b, int n) {
-  return sum16(n, [&](int64_t i) { return a[i] * b[i]; });
-}
 
 // What both key codecs add to every score: the bias <q, mu>, kept at state[bias_at] of each row.
 void add_bias(const float* states, size_t state_floats, size_t bias_at, int n_q, int64_t n, float* out,
@@ -111,12 +109,13 @@ class SpectralRows {
   const TurboRows* noise() const { return noise_ ? &*noise_ : nullptr; }
 
   // z_i = <v_i, x - mu> / sigma_i. Every token the cache takes pays these d^2 multiply-adds, so
-  // they run as 16 independent float sums (dot16) rather than one chain; the order of the sum is
-  // fixed, so the codes are the same on every target.
+  // they run as 16 independent float sums (spectral_kernels.h) rather than one chain; the order
+  // of the sum is fixed, so the codes are the same on every target.
   void whiten(const float* x, float* z) const {
     float xm[kMaxDim];
     for (int j = 0; j < d_; ++j) xm[j] = x[j] - mean_[size_t(j)];
-    for (int i = 0; i < d_; ++i) z[i] = dot16(basis_.data() + size_t(i) * d_, xm, d_) / sigma_[size_t(i)];
+    spectral::dot16_rows(basis_.data(), d_, xm, d_, z);
+    for (int i = 0; i < d_; ++i) z[i] /= sigma_[size_t(i)];
   }
   void encode(const float* x, uint8_t* row) const {
     float z[kMaxDim];
@@ -142,18 +141,16 @@ class SpectralRows {
   // out = mean_weight * mu + sum_i sigma_i z_i v_i.
   void from_basis(const float* z, float mean_weight, float* out) const {
     for (int j = 0; j < d_; ++j) out[j] = mean_weight * mean_[size_t(j)];
-    for (int i = 0; i < d_; ++i) {
-      const float c = sigma_[size_t(i)] * z[i];
-      if (c == 0.0f) continue;
-      const float* v = basis_.data() + size_t(i) * d_;
-      for (int j = 0; j < d_; ++j) out[j] += c * v[j];
-    }
+    float c[kMaxDim];
+    for (int i = 0; i < d_; ++i) c[i] = sigma_[size_t(i)] * z[i];
+    spectral::add_scaled_rows(basis_.data(), d_, c, d_, out);
   }
   // q'_i = sigma_i <v_i, q> (d floats), then <q, mu>: d^2 multiply-adds per query row and step,
-  // in float vectors (dot16; performance.md, SpectralQuant).
+  // in float vectors (spectral_kernels.h; performance.md, SpectralQuant).
   void to_basis(const float* q, float* state) const {
-    for (int i = 0; i < d_; ++i) state[i] = sigma_[size_t(i)] * dot16(basis_.data() + size_t(i) * d_, q, d_);
-    state[d_] = dot16(mean_.data(), q, d_);
+    spectral::dot16_rows(basis_.data(), d_, q, d_, state);
+    for (int i = 0; i < d_; ++i) state[i] *= sigma_[size_t(i)];
+    spectral::dot16_rows(mean_.data(), 1, q, d_, state + d_);
   }
   // Both value codecs' accumulators: d whitened sums, then the sum of the weights (for the
   // mean's share). add_weight_sums adds a call's weights to the last float of each row.

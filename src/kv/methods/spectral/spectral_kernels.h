@@ -1,0 +1,17 @@
+// SpectralQuant's products with its d x d basis (spectral.cpp), compiled per SIMD target
+// (spectral_kernels.cpp). Every key the cache takes and every query row and value output pays d^2
+// multiply-adds here, which prefill's many rows make a large share of its time. Both keep the
+// scalar order of their sums, so every target gives the same bits.
+#pragma once
+
+namespace vq::kv::spectral {
+
+// out[i] = the dot product of rows[i] (n floats, rows n apart) with x, for i < n_rows: each as 16
+// partial sums (term k into partial k mod 16, in order), then the 16 added in order from zero.
+void dot16_rows(const float* rows, int n_rows, const float* x, int n, float* out);
+
+// out[j] += c[i] * rows[i][j] for i = 0, 1, ... n_rows - 1 in order, j < n (rows n apart); a row
+// whose c is zero is skipped.
+void add_scaled_rows(const float* rows, int n_rows, const float* c, int n, float* out);
+
+}  // namespace vq::kv::spectral
