@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/core/dense_rotation_kernels.h"
 #include "src/core/rng.h"
 #include "veloxquant/error.h"
 
@@ -61,33 +62,23 @@ RandomRotation::RandomRotation(size_t n, uint64_t seed) : n_(n) {
     }
   }
   q_.resize(n * n);
+  qt_.resize(n * n);
   for (size_t c = 0; c < n; ++c) {
     const double s = rdiag[c] < 0 ? -1.0 : 1.0;
-    for (size_t r = 0; r < n; ++r) q_[r * n + c] = float(q[c * n + r] * s);
+    for (size_t r = 0; r < n; ++r) q_[r * n + c] = qt_[c * n + r] = float(q[c * n + r] * s);
   }
 }
 
+// Q x: output r is sum over c of Q[r][c] x[c], Q's column c is qt_'s row c.
 void RandomRotation::forward(float* x) const {
   if (hadamard_) return hadamard_->forward(x);
-  float y[kMaxDense];  // per query and per token encoded: no heap allocation
-  for (size_t r = 0; r < n_; ++r) {
-    const float* row = q_.data() + r * n_;
-    double s = 0;
-    for (size_t c = 0; c < n_; ++c) s += double(row[c]) * x[c];
-    y[r] = float(s);
-  }
-  std::copy_n(y, n_, x);
+  dense_rotation::apply_columns(qt_.data(), n_, x);
 }
 
+// Q^T x: output c is sum over r of Q[r][c] x[r], Q^T's column r is Q's row r.
 void RandomRotation::inverse(float* x) const {
   if (hadamard_) return hadamard_->inverse(x);
-  double y[kMaxDense] = {};
-  for (size_t r = 0; r < n_; ++r) {
-    const float* row = q_.data() + r * n_;
-    const double xr = x[r];
-    for (size_t c = 0; c < n_; ++c) y[c] += double(row[c]) * xr;
-  }
-  for (size_t c = 0; c < n_; ++c) x[c] = float(y[c]);
+  dense_rotation::apply_columns(q_.data(), n_, x);
 }
 
 void RandomRotation::forward_rows(float* x, size_t rows, size_t stride) const {
@@ -100,6 +91,8 @@ void RandomRotation::inverse_rows(float* x, size_t rows, size_t stride) const {
   for (size_t r = 0; r < rows; ++r) inverse(x + r * stride);
 }
 
-size_t RandomRotation::bytes() const { return hadamard_ ? hadamard_->bytes() : q_.size() * sizeof(float); }
+size_t RandomRotation::bytes() const {
+  return hadamard_ ? hadamard_->bytes() : (q_.size() + qt_.size()) * sizeof(float);
+}
 
 }  // namespace vq

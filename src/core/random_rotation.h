@@ -30,13 +30,15 @@ class RandomRotation {
   // rows), the same bits as one at a time.
   void forward_rows(float* x, size_t rows, size_t stride) const;
   void inverse_rows(float* x, size_t rows, size_t stride) const;
-  // Bytes the rotation keeps: the signs of the Hadamard form, or the dense matrix.
+  // Bytes the rotation keeps: the signs of the Hadamard form, or the dense matrix and its transpose.
   size_t bytes() const;
 
  private:
   size_t n_;
   std::optional<RandomizedHadamard> hadamard_;
-  std::vector<float> q_;  // dense: row-major n x n
+  // Dense: Q row-major, and its transpose (both products read a matrix by columns, with the
+  // outputs in the vector lanes: dense_rotation_kernels.h).
+  std::vector<float> q_, qt_;
 };
 
 }  // namespace vq

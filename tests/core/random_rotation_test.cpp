@@ -64,7 +64,7 @@ TEST(RandomRotation, SeedsDifferAndRepeat) {
   c.forward(xc.data());
   EXPECT_EQ(xa, xc);
   EXPECT_NE(xa, xb);
-  EXPECT_EQ(a.bytes(), 96u * 96u * sizeof(float));
+  EXPECT_EQ(a.bytes(), 2u * 96u * 96u * sizeof(float));  // the matrix and its transpose
 }
 
 // Under the Haar measure Q e_0 is uniform on the sphere: each coordinate has mean 0 and variance
