@@ -2,7 +2,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/core/dense_rotation_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include <algorithm>
+#include <cstddef>
 
 #include "hwy/highway.h"
 #include "src/core/dense_rotation_kernels.h"
@@ -22,11 +22,26 @@ void ApplyColumns(const float* HWY_RESTRICT m, size_t n, float* x) {
   alignas(64) double xd[kMaxN];
   for (size_t j = 0; j < n; ++j) xd[j] = double(x[j]);
   size_t i = 0;
+  // Four vectors of outputs at a time, so that four chains of dependent sums run side by side.
+  for (; i + 4 * N <= n; i += 4 * N) {
+    auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
+    for (size_t j = 0; j < n; ++j) {
+      const float* col = m + j * n + i;
+      const auto xj = hn::Set(dd, xd[j]);
+      a0 = hn::Add(a0, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, col)), xj));
+      a1 = hn::Add(a1, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, col + N)), xj));
+      a2 = hn::Add(a2, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, col + 2 * N)), xj));
+      a3 = hn::Add(a3, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, col + 3 * N)), xj));
+    }
+    hn::Store(a0, dd, y + i);
+    hn::Store(a1, dd, y + i + N);
+    hn::Store(a2, dd, y + i + 2 * N);
+    hn::Store(a3, dd, y + i + 3 * N);
+  }
   for (; i + N <= n; i += N) {
     auto acc = hn::Zero(dd);
     for (size_t j = 0; j < n; ++j) {
-      const auto col = hn::PromoteTo(dd, hn::LoadU(df, m + j * n + i));
-      acc = hn::Add(acc, hn::Mul(col, hn::Set(dd, xd[j])));
+      acc = hn::Add(acc, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, m + j * n + i)), hn::Set(dd, xd[j])));
     }
     hn::Store(acc, dd, y + i);
   }
