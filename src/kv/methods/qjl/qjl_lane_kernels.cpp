@@ -111,7 +111,9 @@ void TransposedAdd(const float* HWY_RESTRICT st, int m, int d, const float* HWY_
   const DF df;
   const int N = int(hn::Lanes(df));
   constexpr int kC = 4;
-  std::vector<float> aT(size_t(m) * size_t(N));
+  // Scratch kept per thread: decode finalizes every step, and this would allocate each time.
+  static thread_local std::vector<float> aT;
+  aT.resize(size_t(m) * size_t(N));
   alignas(64) float sums[kC][hn::MaxLanes(df)];
   for (int r0 = 0; r0 < n; r0 += N) {
     const int nr = std::min(N, n - r0);
