@@ -9,8 +9,9 @@
 
 namespace vq::dense_rotation {
 
-// y = M x for the n x n matrix m whose column j is m[j n ...] (n floats): y[i] = sum over j in
-// order of double(m[j n + i]) * double(x[j]). x and y may be the same.
-void apply_columns(const float* m, size_t n, float* x);
+// x_r = M x_r in place for rows r < rows (stride floats apart), for the n x n matrix m whose
+// column j is m[j n ...] (n floats): y[i] = sum over j in order of double(m[j n + i]) *
+// double(x[j]). Several rows share each pass over m, without changing any row's sums.
+void apply_columns(const float* m, size_t n, float* x, size_t rows = 1, size_t stride = 0);
 
 }  // namespace vq::dense_rotation

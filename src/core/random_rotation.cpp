@@ -83,12 +83,12 @@ void RandomRotation::inverse(float* x) const {
 
 void RandomRotation::forward_rows(float* x, size_t rows, size_t stride) const {
   if (hadamard_) return hadamard_->forward_rows(x, rows, stride);
-  for (size_t r = 0; r < rows; ++r) forward(x + r * stride);
+  dense_rotation::apply_columns(qt_.data(), n_, x, rows, stride);
 }
 
 void RandomRotation::inverse_rows(float* x, size_t rows, size_t stride) const {
   if (hadamard_) return hadamard_->inverse_rows(x, rows, stride);
-  for (size_t r = 0; r < rows; ++r) inverse(x + r * stride);
+  dense_rotation::apply_columns(q_.data(), n_, x, rows, stride);
 }
 
 size_t RandomRotation::bytes() const {

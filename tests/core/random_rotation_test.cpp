@@ -94,9 +94,10 @@ TEST(RandomRotation, DenseIsHaarDistributed) {
 
 // The batched forms give each row the bits of forward / inverse one row at a time, for the
 // Hadamard form at every in-register size and above, and for the dense form; rows between the
-// strides are not touched.
+// strides are not touched. Five rows cover the dense form's blocks of rows and its remainder;
+// 100 its columns past the last whole vectors.
 TEST(RandomRotation, RowsAreOneAtATime) {
-  for (size_t n : {4, 8, 16, 32, 64, 128, 256, 48}) {
+  for (size_t n : {4, 8, 16, 32, 64, 128, 256, 48, 100}) {
     const RandomRotation rot(n, 5);
     const size_t rows = 5, stride = n + 3;
     Rng rng(n);
