@@ -248,6 +248,18 @@ TEST(Method_turbo, OutlierSplitFusedEqualsReference) {
   check_all("turbo:bits=1,outliers=32", {128}, 64);          // 32 by Hadamard, 96 dense
 }
 
+// Calls with more query rows than tokens in a group (prefill) decode the group to channels once
+// and score and accumulate it with the float kernels instead of rotating every row: held to the
+// reference, with one group's many rows and a damaged-mask-free run across groups.
+TEST(Method_turbo, OutlierSplitManyRowsEqualsReference) {
+  for (const char* spec : {"turbo:bits=2,outliers=64", "k=turbo:bits=1,outliers=64,v=turbo:bits=2,norm=length,outliers=32"}) {
+    for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kHuge}) {
+      check_fused_equals_reference(spec, 128, kind, 77 + uint64_t(kind), 96, 40);
+    }
+  }
+  check_fused_equals_reference("turbo:bits=2,outliers=40,group=16", 80, Data::kGaussian, 5, 64, 20);
+}
+
 // Rows move between channels and the two parts by compress and expand on AVX-512, by a walk over
 // the channels elsewhere and past the last whole 16 channels (head_dim 72): every target.
 TEST(Method_turbo, OutlierSplitEveryTargetMatchesReference) {

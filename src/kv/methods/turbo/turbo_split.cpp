@@ -26,6 +26,11 @@
 // and the two scores add. Values accumulate in the rotated parts per group through the parts'
 // fused kernels and go back to channels once per group.
 //
+// With more query rows than tokens in a call (prefill), rotating every row per group costs more
+// than turning the group's tokens back once: such calls decode the group's tokens to channels
+// into the workspace (a tile of group x d floats, as other codecs' tiles) and score and
+// accumulate them with the float kernels. The cache holds only the packed group either way.
+//
 // Tokens of a group share its mask, so they are encoded together when the group is full; until
 // then they wait in the cache's fp16 window.
 //
@@ -40,6 +45,7 @@
 #include <vector>
 
 #include "src/core/random_rotation.h"
+#include "src/kv/kernels/f16_kernels.h"
 #include "src/kv/kernels/lut_kernels.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
 #include "src/kv/methods/turbo/turbo_split_kernels.h"
@@ -101,15 +107,34 @@ class TurboSplit {
     }
   }
   void decode(const uint8_t* block, float* x) const {
+    std::vector<float> yh(part_floats(s_.group, n_)), yl(part_floats(s_.group, s_.d - n_));
+    decode(block, x, yh.data(), yl.data());
+  }
+  // The same with the parts' scratch given (yh, yl: part_floats of the group's rows each).
+  void decode(const uint8_t* block, float* x, float* yh, float* yl) const {
     const int rest = s_.d - n_;
-    std::vector<float> yh(part_floats(s_.group, n_)), yl(part_floats(s_.group, rest));
     for (int j = 0; j < subs_; ++j) {
-      hi_->decode(hi_blocks(block) + size_t(j) * hi_->block_bytes(), 0, yh.data() + size_t(j) * kTurboBlockTokens * n_);
-      lo_->decode(lo_blocks(block) + size_t(j) * lo_->block_bytes(), 0, yl.data() + size_t(j) * kTurboBlockTokens * rest);
+      hi_->decode(hi_blocks(block) + size_t(j) * hi_->block_bytes(), 0, yh + size_t(j) * kTurboBlockTokens * n_);
+      lo_->decode(lo_blocks(block) + size_t(j) * lo_->block_bytes(), 0, yl + size_t(j) * kTurboBlockTokens * rest);
     }
     std::fill_n(x, size_t(s_.group) * s_.d, 0.0f);
-    add_from_parts(block, yh.data(), yl.data(), s_.group, x, size_t(s_.d));
+    add_from_parts(block, yh, yl, s_.group, x, size_t(s_.d));
   }
+  // The group's tokens decoded to channels into the workspace (group x d floats): what the
+  // many-row path of scores and values reads. Uses kCodec0..2, which the part codecs' decode
+  // does not touch.
+  const float* decode_tile(const uint8_t* block, Workspace& ws) const {
+    float* x = ws.get<float>(Workspace::kCodec0, size_t(s_.group) * size_t(s_.d));
+    float* yh = ws.get<float>(Workspace::kCodec1, part_floats(s_.group, n_));
+    float* yl = ws.get<float>(Workspace::kCodec2, part_floats(s_.group, s_.d - n_));
+    decode(block, x, yh, yl);
+    return x;
+  }
+  // Whether a call for n_q query rows over n tokens of a group takes the many-row path: the
+  // per-row path rotates each row's two parts (and, for values, turns them back) once per group,
+  // the many-row path each token once, so it is cheaper when rows outnumber the tokens. Prefill
+  // takes it; decode, with a few rows per KV head, does not.
+  static bool many_rows(int n_q, int n) { return n_q >= n; }
 
   // Floats of a buffer of `rows` part rows of `dim` floats, with the movers' slack.
   static size_t part_floats(int rows, int dim) { return size_t(rows) * size_t(dim) + turbo_split::kPartSlack; }
@@ -216,15 +241,23 @@ class TurboSplitKeyCodec final : public TurboSplitCodec<KeyCodec> {
     const TurboSplit<KeyCodec>& sp = split();
     const int d = head_dim(), G = sp.group(), N = sp.n();
     const size_t sh = sp.hi().query_state_floats(), sl = sp.lo().query_state_floats();
-    std::vector<float> yh(sp.part_floats(n_q, N)), yl(sp.part_floats(n_q, d - N)), st_hi(size_t(n_q) * sh),
-        st_lo(size_t(n_q) * sl), lo(size_t(n_q) * G);
+    std::vector<float> yh, yl, st_hi, st_lo, lo;  // the per-row path's, sized when it is first taken
     sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
+      float* dst = out + (a - i0);
+      if (sp.many_rows(n_q, n)) {
+        const float* x = sp.decode_tile(block, ws);
+        float_scores(states, n_q, size_t(d), x + size_t(t0) * d, size_t(d), n, d, dst, out_stride);
+        return;
+      }
+      if (yh.empty()) {
+        yh.resize(sp.part_floats(n_q, N)), yl.resize(sp.part_floats(n_q, d - N));
+        st_hi.resize(size_t(n_q) * sh), st_lo.resize(size_t(n_q) * sl), lo.resize(size_t(n_q) * G);
+      }
       sp.to_parts(block, states, size_t(d), n_q, yh.data(), yl.data());
       for (int r = 0; r < n_q; ++r) {
         sp.hi().prepare_query(yh.data() + size_t(r) * N, st_hi.data() + size_t(r) * sh, ws);
         sp.lo().prepare_query(yl.data() + size_t(r) * (d - N), st_lo.data() + size_t(r) * sl, ws);
       }
-      float* dst = out + (a - i0);
       sp.hi().scores(st_hi.data(), n_q, sp.hi_blocks(block), 0, t0, t0 + n, dst, out_stride, ws);
       sp.lo().scores(st_lo.data(), n_q, sp.lo_blocks(block), 0, t0, t0 + n, lo.data(), size_t(G), ws);
       for (int r = 0; r < n_q; ++r) {
@@ -245,9 +278,17 @@ class TurboSplitValueCodec final : public TurboSplitCodec<ValueCodec> {
     const TurboSplit<ValueCodec>& sp = split();
     const int d = head_dim(), N = sp.n();
     const size_t ah = sp.hi().accum_floats(), al = sp.lo().accum_floats();
-    std::vector<float> acc_hi(size_t(n_q) * ah), acc_lo(size_t(n_q) * al), fin_hi(sp.part_floats(n_q, N)),
-        fin_lo(sp.part_floats(n_q, d - N));
+    std::vector<float> acc_hi, acc_lo, fin_hi, fin_lo;  // the per-row path's, sized when it is first taken
     sp.for_blocks(blocks, i0, i1, [&](const uint8_t* block, int64_t a, int t0, int n) {
+      if (sp.many_rows(n_q, n)) {
+        const float* x = sp.decode_tile(block, ws);
+        float_accumulate(w + (a - i0), w_stride, n_q, x + size_t(t0) * d, size_t(d), n, d, acc, size_t(d));
+        return;
+      }
+      if (fin_hi.empty()) {
+        fin_hi.resize(sp.part_floats(n_q, N)), fin_lo.resize(sp.part_floats(n_q, d - N));
+        acc_hi.resize(size_t(n_q) * ah), acc_lo.resize(size_t(n_q) * al);
+      }
       std::fill(acc_hi.begin(), acc_hi.end(), 0.0f);
       std::fill(acc_lo.begin(), acc_lo.end(), 0.0f);
       sp.hi().accumulate(w + (a - i0), w_stride, n_q, sp.hi_blocks(block), 0, t0, t0 + n, acc_hi.data(), ws);
