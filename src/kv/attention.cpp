@@ -29,7 +29,10 @@ namespace vq::kv {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kRowBlock = 256;          // query rows per work item
+// Query rows per work item. A codec that decodes tiles for many rows (the TurboQuant split, whose
+// tokens turn back through a dense rotation) decodes each tile once per item, so larger items
+// pay less for it. At 1024 rows the other codecs' prefill measured slower (performance.md).
+constexpr int kRowBlock = 512;
 constexpr int64_t kChunkTokens = 4096;  // positions per work item when there is one row block
 // The step's query buffers larger than this are freed when the call ends (a long prefill's are
 // not kept for the rest of the session); smaller ones are kept for the next step.
