@@ -295,15 +295,16 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
       keys_[h]->segments(&views[h].keys);
       values_[h]->segments(&views[h].values);
     }
-    for (int r = p.row_begin(rb); r < p.row_end(rb); ++r) {
+    const int r0 = p.row_begin(rb), r1 = p.row_end(rb);
+    for (int r = r0; r < r1; ++r) {
       const int qi = r / p.G, g = r % p.G;
       const float* src = q + (size_t(qi) * n_q_heads + size_t(h) * p.G + g) * d;
       float* dst = qs + (size_t(h) * p.rows_total + r) * d;
       for (int j = 0; j < d; ++j) dst[j] = src[j] * scale;
-      float* const state = states + (size_t(h) * p.rows_total + r) * p.S;
-      std::fill_n(state, p.S, 0.0f);
-      key_codec(h).prepare_query(dst, state, ws);
     }
+    float* const block_states = states + (size_t(h) * p.rows_total + r0) * p.S;
+    std::fill_n(block_states, size_t(r1 - r0) * p.S, 0.0f);
+    key_codec(h).prepare_queries(qs + (size_t(h) * p.rows_total + r0) * d, size_t(d), r1 - r0, block_states, p.S, ws);
   });
 
   // Items are few and long (a decode step has KV heads x chunks of 4096 positions): one at a time.

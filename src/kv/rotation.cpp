@@ -3,6 +3,7 @@
 // R^T sum w (Rv). Only the query and the final accumulator pay for the rotation.
 #include "src/kv/rotation.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -61,6 +62,16 @@ class RotatedKeyCodec final : public RotatedCodec<KeyCodec> {
     std::vector<float> x(q, q + head_dim());
     rotation().forward(x.data());
     inner().prepare_query(x.data(), state, ws);
+  }
+  // All rows turned first, then the inner codec's batched preparation.
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace& ws) const override {
+    const int d = head_dim();
+    static thread_local std::vector<float> x;  // not a workspace slot: the inner codec may take those
+    x.resize(size_t(n) * size_t(d));
+    for (int r = 0; r < n; ++r) std::copy_n(q + size_t(r) * q_stride, d, x.data() + size_t(r) * d);
+    rotation().forward_rows(x.data(), size_t(n), size_t(d));
+    inner().prepare_queries(x.data(), size_t(d), n, states, state_stride, ws);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0,
               int64_t i1, float* out, size_t out_stride, Workspace& ws) const override {

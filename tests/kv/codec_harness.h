@@ -102,6 +102,13 @@ inline void check_fused_equals_reference(const Method& m, const CodecContext& ct
   const auto q = make_data(Data::kGaussian, size_t(n_q), d, seed + 2);
   std::vector<float> states(size_t(n_q) * kc->query_state_floats());
   for (int r = 0; r < n_q; ++r) kc->prepare_query(q.data() + size_t(r) * d, states.data() + r * kc->query_state_floats());
+  {
+    // Attention prepares a block of rows at once: each row's state has prepare_query's bits.
+    std::vector<float> batch(states.size(), 0.0f);
+    Workspace ws;
+    kc->prepare_queries(q.data(), size_t(d), n_q, batch.data(), kc->query_state_floats(), ws);
+    ASSERT_EQ(std::memcmp(batch.data(), states.data(), states.size() * sizeof(float)), 0) << "prepare_queries";
+  }
 
   ASSERT_GT(ke.tokens, 0) << "no whole key block in the run: raise `tokens`";
   ASSERT_GT(ve.tokens, 0) << "no whole value block in the run: raise `tokens`";
@@ -126,6 +133,12 @@ inline void check_fused_equals_reference(const Method& m, const CodecContext& ct
     std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.0f), out(size_t(n_q) * d);
     vc->accumulate(w.data() + i0, size_t(nv), n_q, ve.bytes.data(), pos0, i0, i1, acc.data());
     vc->finalize(acc.data(), n_q, out.data());
+    for (int r = 0; r < n_q; ++r) {
+      // All rows at once give each row the bits of finalizing it alone.
+      std::vector<float> one(static_cast<size_t>(d));
+      vc->finalize(acc.data() + size_t(r) * vc->accum_floats(), 1, one.data());
+      ASSERT_EQ(std::memcmp(one.data(), out.data() + size_t(r) * d, size_t(d) * sizeof(float)), 0) << "finalize r=" << r;
+    }
     for (int r = 0; r < n_q; ++r) {
       double bound = 0;
       std::vector<double> ref(size_t(d), 0.0);

@@ -115,6 +115,13 @@ class KeyCodec {
   // query_state_floats() floats and is what `scores` reads.
   virtual size_t query_state_floats() const = 0;
   virtual void prepare_query(const float* q, float* state, Workspace& ws) const = 0;
+  // prepare_query for n rows (q_stride floats apart) into states (state_stride apart), each row's
+  // state as prepare_query writes it. Attention prepares a block of rows at once, so a codec whose
+  // preparation streams a matrix per row (a basis, a sketch) can serve several rows per pass.
+  virtual void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                               Workspace& ws) const {
+    for (int r = 0; r < n; ++r) prepare_query(q + size_t(r) * q_stride, states + size_t(r) * state_stride, ws);
+  }
   // The three calls with a workspace of their own (one-off use and tests; attention passes each
   // worker's workspace, so its steps allocate nothing).
   void prepare_query(const float* q, float* state) const {

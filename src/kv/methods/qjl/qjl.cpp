@@ -178,6 +178,11 @@ class QjlKeyCodec final : public KeyCodec {
     std::copy_n(q, d_, state);
     sketch_.project(q, m_, state + d_);
   }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace&) const override {
+    for (int r = 0; r < n; ++r) std::copy_n(q + size_t(r) * q_stride, d_, states + size_t(r) * state_stride);
+    sketch_.project_rows(q, q_stride, n, states + d_, state_stride);
+  }
 
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {
@@ -291,6 +296,13 @@ class QjlLaneKeyCodec final : public KeyCodec {
     std::vector<float> sq(static_cast<size_t>(m_));  // not a workspace slot: the row codec may take those
     sketch_.project(q, m_, sq.data());
     rows_->prepare_query(sq.data(), state, ws);
+  }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace& ws) const override {
+    static thread_local std::vector<float> sq;  // as above, kept per thread
+    sq.resize(size_t(n) * size_t(m_));
+    sketch_.project_rows(q, q_stride, n, sq.data(), size_t(m_));
+    rows_->prepare_queries(sq.data(), size_t(m_), n, states, state_stride, ws);
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {

@@ -103,6 +103,63 @@ void ProjectColumns(const float* HWY_RESTRICT st, int m, int d, const float* HWY
   }
 }
 
+// ProjectRows<kV> for X vectors x (x_stride apart) into X outputs (out_stride apart): each column
+// of S loads once for all X, each output keeps its order of sums.
+template <int kV, int X>
+HWY_INLINE void ProjectRowsMulti(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs,
+                                 size_t x_stride, int i, float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  hn::Vec<DF> acc[X][kV];
+  for (int x = 0; x < X; ++x) {
+    for (int v = 0; v < kV; ++v) acc[x][v] = hn::Zero(df);
+  }
+  for (int c = 0; c < d; ++c) {
+    const float* col = st + size_t(c) * size_t(m) + size_t(i);
+    hn::Vec<DF> s[kV];
+    for (int v = 0; v < kV; ++v) s[v] = hn::LoadU(df, col + v * N);
+    for (int x = 0; x < X; ++x) {
+      const auto xc = hn::Set(df, xs[size_t(x) * x_stride + size_t(c)]);
+      for (int v = 0; v < kV; ++v) acc[x][v] = hn::Add(acc[x][v], hn::Mul(xc, s[v]));
+    }
+  }
+  for (int x = 0; x < X; ++x) {
+    for (int v = 0; v < kV; ++v) hn::StoreU(acc[x][v], df, out + size_t(x) * out_stride + i + v * N);
+  }
+}
+
+template <int X>
+HWY_INLINE void ProjectColumnsBlock(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs,
+                                    size_t x_stride, int rows, float* HWY_RESTRICT out, size_t out_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  int i = 0;
+  for (; i + 4 * N <= rows; i += 4 * N) ProjectRowsMulti<4, X>(st, m, d, xs, x_stride, i, out, out_stride);
+  for (; i + N <= rows; i += N) ProjectRowsMulti<1, X>(st, m, d, xs, x_stride, i, out, out_stride);
+  for (int x = 0; x < X; ++x) {
+    const float* xr = xs + size_t(x) * x_stride;
+    for (int ii = i; ii < rows; ++ii) {
+      float s = 0.0f;
+      for (int c = 0; c < d; ++c) s += xr[c] * st[size_t(c) * size_t(m) + size_t(ii)];
+      out[size_t(x) * out_stride + size_t(ii)] = s;
+    }
+  }
+}
+
+// ProjectColumns (no mask) for n_x vectors: four per pass over S where 4 x 4 accumulators fit the
+// registers, one elsewhere (as ProjectColumns, whose eight vectors of rows give the same bits).
+void ProjectColumnsRows(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs, size_t x_stride,
+                        int n_x, int rows, float* HWY_RESTRICT out, size_t out_stride) {
+  constexpr int kX = HWY_MAX_BYTES >= 64 ? 4 : 1;
+  int x = 0;
+  for (; x + kX <= n_x; x += kX) {
+    ProjectColumnsBlock<kX>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride);
+  }
+  for (; x < n_x; ++x) {
+    ProjectColumnsBlock<1>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride);
+  }
+}
+
 // out row r (out_stride apart) [c] += sum over i < m, in order from 0, of st[c m + i] * a_r[i]: the
 // scalar order of each (r, c), with the rows in the vector lanes (a block of N rows transposed
 // into aT first) and four channels at a time, so that the chains of sums run side by side.
@@ -148,6 +205,12 @@ HWY_EXPORT(QueryTables);
 HWY_EXPORT(OutlierGroupTables);
 HWY_EXPORT(ProjectColumns);
 HWY_EXPORT(TransposedAdd);
+HWY_EXPORT(ProjectColumnsRows);
+
+void project_columns_rows(const float* st, int m, int d, const float* xs, size_t x_stride, int n_x, int rows,
+                          float* out, size_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(ProjectColumnsRows)(st, m, d, xs, x_stride, n_x, rows, out, out_stride);
+}
 
 void transposed_add(const float* st, int m, int d, const float* a, size_t a_stride, int n, float* out,
                     size_t out_stride) {

@@ -17,6 +17,10 @@ namespace vq::kv::qjl {
 // channels in order, products and sums rounded in float; every target gives the same bits.
 void project_columns(const float* st, int m, int d, const float* x, int rows, float* out, const uint8_t* mask,
                      bool in_mask);
+// project_columns over all channels for n_x vectors x (x_stride apart) into outputs out_stride
+// apart, each with project_columns' bits; the vectors share each pass over S (prefill's query rows).
+void project_columns_rows(const float* st, int m, int d, const float* xs, size_t x_stride, int n_x, int rows,
+                          float* out, size_t out_stride);
 // For n rows a_r (a_stride apart, m floats each): out row r (out_stride apart) += S^T a_r, each
 // channel's sum over the m rows of S taken in order from zero and then added to out (the scalar
 // add_transposed's order), so every target gives the same bits.

@@ -75,6 +75,12 @@ class GaussianSketch {
     project_columns(st_.data(), m_, d_, x, rows, out, mask, in_mask);
   }
 
+  // project (all m rows, all channels) for n vectors x (x_stride apart) into outputs out_stride
+  // apart, each with project's bits, several vectors per pass over S.
+  void project_rows(const float* xs, size_t x_stride, int n, float* out, size_t out_stride) const {
+    project_columns_rows(st_.data(), m_, d_, xs, x_stride, n, m_, out, out_stride);
+  }
+
   // out[c] += (S^T z)_c for z of m floats (the sum over the rows taken first, then added).
   void add_transposed(const float* z, float* out) const { add_transposed(z, m_, out); }
   // The same for n vectors z_r (z_stride apart) into out rows (out_stride apart), in the same order

@@ -147,10 +147,16 @@ class SpectralRows {
   }
   // q'_i = sigma_i <v_i, q> (d floats), then <q, mu>: d^2 multiply-adds per query row and step,
   // in float vectors (spectral_kernels.h; performance.md, SpectralQuant).
-  void to_basis(const float* q, float* state) const {
-    spectral::dot16_rows(basis_.data(), d_, q, d_, state);
-    for (int i = 0; i < d_; ++i) state[i] *= sigma_[size_t(i)];
-    spectral::dot16_rows(mean_.data(), 1, q, d_, state + d_);
+  void to_basis(const float* q, float* state) const { to_basis_rows(q, 0, 1, state, 0); }
+  // The same for n rows (q_stride apart) into states (state_stride apart): each pass over the
+  // basis serves several rows, and every row's state has the bits of to_basis.
+  void to_basis_rows(const float* q, size_t q_stride, int n, float* state, size_t state_stride) const {
+    spectral::dot16_rows_multi(basis_.data(), d_, q, q_stride, n, d_, state, state_stride);
+    for (int r = 0; r < n; ++r) {
+      float* st = state + size_t(r) * state_stride;
+      for (int i = 0; i < d_; ++i) st[i] *= sigma_[size_t(i)];
+      spectral::dot16_rows(mean_.data(), 1, q + size_t(r) * q_stride, d_, st + d_);
+    }
   }
   // Both value codecs' accumulators: d whitened sums, then the sum of the weights (for the
   // mean's share). add_weight_sums adds a call's weights to the last float of each row.
@@ -160,9 +166,18 @@ class SpectralRows {
       acc[size_t(r) * acc_floats + acc_floats - 1] += sum16(n, [&](int64_t i) { return wr[i]; });
     }
   }
+  // Every row as from_basis gives it, several rows per pass over the basis.
   void finalize(const float* acc, int n_q, float* out) const {
     const size_t A = size_t(d_) + 1;
-    for (int r = 0; r < n_q; ++r) from_basis(acc + size_t(r) * A, acc[size_t(r) * A + size_t(d_)], out + size_t(r) * d_);
+    static thread_local std::vector<float> c;  // finalize runs once per work item; kept per thread
+    c.resize(size_t(n_q) * size_t(d_));
+    for (int r = 0; r < n_q; ++r) {
+      const float* z = acc + size_t(r) * A;
+      float* o = out + size_t(r) * d_;
+      for (int j = 0; j < d_; ++j) o[j] = z[d_] * mean_[size_t(j)];
+      for (int i = 0; i < d_; ++i) c[size_t(r) * d_ + size_t(i)] = sigma_[size_t(i)] * z[i];
+    }
+    spectral::add_scaled_rows_multi(basis_.data(), d_, c.data(), size_t(d_), n_q, d_, out, size_t(d_));
   }
 
  private:
@@ -185,6 +200,10 @@ class SpectralKeyCodec final : public RowBlockCodec<KeyCodec, SpectralRows> {
   using RowBlockCodec::RowBlockCodec;
   size_t query_state_floats() const override { return size_t(head_dim()) + 1; }
   void prepare_query(const float* q, float* state, Workspace&) const override { rows().to_basis(q, state); }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace&) const override {
+    rows().to_basis_rows(q, q_stride, n, states, state_stride);
+  }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {
     const int d = head_dim();
@@ -282,6 +301,19 @@ class SpectralLaneKeyCodec final : public SpectralLaneCodec<KeyCodec> {
     signal().prepare_query(b, state);
     if (noise()) noise()->prepare_query(b + rank(), state + signal_floats());
     state[signal_floats() + noise_floats()] = b[head_dim()];
+  }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace& ws) const override {
+    const size_t B = size_t(head_dim()) + 1;
+    float* const b = ws.get<float>(Workspace::kCodec0, size_t(n) * B);
+    rows().to_basis_rows(q, q_stride, n, b, B);
+    for (int r = 0; r < n; ++r) {
+      const float* br = b + size_t(r) * B;
+      float* state = states + size_t(r) * state_stride;
+      signal().prepare_query(br, state);
+      if (noise()) noise()->prepare_query(br + rank(), state + signal_floats());
+      state[signal_floats() + noise_floats()] = br[head_dim()];
+    }
   }
   // The signal part writes the scores; the noise part's and the bias are added, in that order.
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,

@@ -14,4 +14,14 @@ void dot16_rows(const float* rows, int n_rows, const float* x, int n, float* out
 // whose c is zero is skipped.
 void add_scaled_rows(const float* rows, int n_rows, const float* c, int n, float* out);
 
+// dot16_rows for n_x vectors x (x_stride apart): out[x * out_stride + i], each product as
+// dot16_rows gives it. Several vectors share each pass over the rows: prefill's query rows.
+void dot16_rows_multi(const float* rows, int n_rows, const float* xs, size_t x_stride, int n_x, int n, float* out,
+                      size_t out_stride);
+
+// add_scaled_rows for n_x coefficient vectors (c_stride apart) into n_x outputs (out_stride
+// apart), each output as add_scaled_rows gives it.
+void add_scaled_rows_multi(const float* rows, int n_rows, const float* c, size_t c_stride, int n_x, int n, float* out,
+                           size_t out_stride);
+
 }  // namespace vq::kv::spectral

@@ -147,6 +147,11 @@ class ProdKeyCodec final : public RowBlockCodec<KeyCodec, ProdRows> {
     std::copy_n(q, d_, state);
     rows().sketch().project(q, rows().m(), state + d_);
   }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace&) const override {
+    for (int r = 0; r < n; ++r) std::copy_n(q + size_t(r) * q_stride, d_, states + size_t(r) * state_stride);
+    rows().sketch().project_rows(q, q_stride, n, states + d_, state_stride);
+  }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {
     const size_t qs = query_state_floats();
@@ -284,6 +289,18 @@ class ProdLaneKeyCodec final : public ProdLaneCodec<KeyCodec> {
     lanes().mse().prepare_query(q, state);
     lanes().sketch().project(q, lanes().m(), sq.data());
     lanes().signs().prepare_query(sq.data(), state + lanes().mse().query_state_floats());
+  }
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace&) const override {
+    const int m = lanes().m();
+    static thread_local std::vector<float> sq;  // kept per thread: prefill prepares every block of rows
+    sq.resize(size_t(n) * size_t(m));
+    lanes().sketch().project_rows(q, q_stride, n, sq.data(), size_t(m));
+    for (int r = 0; r < n; ++r) {
+      float* state = states + size_t(r) * state_stride;
+      lanes().mse().prepare_query(q + size_t(r) * q_stride, state);
+      lanes().signs().prepare_query(sq.data() + size_t(r) * m, state + lanes().mse().query_state_floats());
+    }
   }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace&) const override {
