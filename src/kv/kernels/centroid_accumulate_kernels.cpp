@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 HWY_BEFORE_NAMESPACE();
 namespace vq::kv {
@@ -107,28 +108,77 @@ void FoldSums(const float* HWY_RESTRICT sums, int nr, const float* HWY_RESTRICT 
   for (; j < sub; ++j) FoldColumns<1, 4>(a, nr, cb + j, sub, out + j, out_stride);
 }
 
-// Short runs (prefill tiles): each token's value decoded into a row of d floats, added to each
-// query row times its weight, token by token, with multiplies and adds kept apart.
+// kRows rows' accumulators for kVecs vectors of channels from c0 held in registers over the nt
+// decoded tokens of a tile (d floats apart): a = a + w * x token by token, multiply and add
+// rounded apart, so each sum runs in token order as one scalar chain would.
+template <int kRows, int kVecs>
+HWY_INLINE void GatherStrip(const float* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT tile, int nt,
+                            size_t ts, int c0, float* HWY_RESTRICT acc, size_t acc_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  hn::Vec<DF> a[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < kVecs; ++k) a[r][k] = hn::LoadU(df, acc + size_t(r) * acc_stride + c0 + k * N);
+  }
+  for (int t = 0; t < nt; ++t) {
+    hn::Vec<DF> x[kVecs];
+    for (int k = 0; k < kVecs; ++k) x[k] = hn::LoadU(df, tile + size_t(t) * ts + c0 + k * N);
+    for (int r = 0; r < kRows; ++r) {
+      const auto wv = hn::Set(df, w[size_t(r) * w_stride + size_t(t)]);
+      for (int k = 0; k < kVecs; ++k) a[r][k] = hn::Add(a[r][k], hn::Mul(wv, x[k]));
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int k = 0; k < kVecs; ++k) hn::StoreU(a[r][k], df, acc + size_t(r) * acc_stride + c0 + k * N);
+  }
+}
+
+template <int kRows>
+HWY_INLINE void GatherRows(const float* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT tile, int nt,
+                           size_t ts, int d, float* HWY_RESTRICT acc, size_t acc_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  int c = 0;
+  for (; c + 4 * N <= d; c += 4 * N) GatherStrip<kRows, 4>(w, w_stride, tile, nt, ts, c, acc, acc_stride);
+  for (; c + N <= d; c += N) GatherStrip<kRows, 1>(w, w_stride, tile, nt, ts, c, acc, acc_stride);
+  for (; c < d; ++c) {
+    for (int r = 0; r < kRows; ++r) {
+      float& a = acc[size_t(r) * acc_stride + size_t(c)];
+      for (int t = 0; t < nt; ++t) a = a + w[size_t(r) * w_stride + size_t(t)] * tile[size_t(t) * ts + size_t(c)];
+    }
+  }
+}
+
+// Short runs (prefill tiles): the run's values decoded a few tokens at a time into a tile, then
+// added to each query row times its weight with four rows and four vectors of channels in
+// registers. Every sum takes its tokens in order, multiplies and adds kept apart.
 void GatherAccumulate(const float* HWY_RESTRICT w, size_t w_stride, int n_q, int n_sub, int sub,
                       const float* HWY_RESTRICT codebook, const uint8_t* HWY_RESTRICT blocks, size_t bb, int64_t i0,
                       int64_t i1, float* HWY_RESTRICT acc, size_t acc_stride) {
   constexpr int B = kLutBlockTokens;
-  const DF df;
-  const int N = int(hn::Lanes(df));
   const int d = n_sub * sub;
-  HWY_ALIGN float v[kLutMaxDim];
-  for (int64_t i = i0; i < i1; ++i) {
-    const uint8_t* idx = blocks + size_t(i / B) * bb + size_t(i % B);
-    for (int s = 0; s < n_sub; ++s) {
-      std::copy_n(codebook + (size_t(s) * kLutCentroids + idx[size_t(s) * B]) * size_t(sub), sub, v + size_t(s) * sub);
+  // Tokens per tile: 16, fewer for large d, so that the tile (at most 64 KB) stays near the core.
+  const int kT = std::max(1, std::min(16, 16384 / d));
+  static thread_local std::vector<float> tile_buf;
+  tile_buf.resize(size_t(kT) * size_t(d));
+  float* const tile = tile_buf.data();
+  for (int64_t t0 = i0; t0 < i1; t0 += kT) {
+    const int nt = int(std::min<int64_t>(kT, i1 - t0));
+    for (int t = 0; t < nt; ++t) {
+      const int64_t i = t0 + t;
+      const uint8_t* idx = blocks + size_t(i / B) * bb + size_t(i % B);
+      float* v = tile + size_t(t) * d;
+      for (int s = 0; s < n_sub; ++s) {
+        std::copy_n(codebook + (size_t(s) * kLutCentroids + idx[size_t(s) * B]) * size_t(sub), sub, v + size_t(s) * sub);
+      }
     }
-    for (int r = 0; r < n_q; ++r) {
-      const float wt = w[size_t(r) * w_stride + size_t(i - i0)];
-      float* a = acc + size_t(r) * acc_stride;
-      const auto vw = hn::Set(df, wt);
-      int j = 0;
-      for (; j + N <= d; j += N) hn::StoreU(hn::Add(hn::LoadU(df, a + j), hn::Mul(vw, hn::LoadU(df, v + j))), df, a + j);
-      for (; j < d; ++j) a[j] = a[j] + wt * v[j];
+    const float* wt = w + size_t(t0 - i0);
+    int r = 0;
+    for (; r + 4 <= n_q; r += 4) {
+      GatherRows<4>(wt + size_t(r) * w_stride, w_stride, tile, nt, size_t(d), d, acc + size_t(r) * acc_stride, acc_stride);
+    }
+    for (; r < n_q; ++r) {
+      GatherRows<1>(wt + size_t(r) * w_stride, w_stride, tile, nt, size_t(d), d, acc + size_t(r) * acc_stride, acc_stride);
     }
   }
 }
