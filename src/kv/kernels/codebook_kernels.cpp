@@ -67,32 +67,48 @@ int NearestCentroid(const float* HWY_RESTRICT ct, const float* HWY_RESTRICT norm
   return idx;
 }
 
-// The float tables of lut_u8_prepare, T[s][c] = <y_s, c> with the sub coordinates' products added
-// j = 0, 1, ..., and each sub-vector's smallest entry, the widest range and the sum of the
-// smallest entries. kSub: the sub-vector length known at compile time (the dot products then
+// The float tables of lut_u8_prepare for X rows y_x (y_stride apart), T[s][c] = <y_s, c> with the
+// sub coordinates' products added j = 0, 1, ..., into X tables (n_sub * 256 floats apart); and per
+// row each sub-vector's smallest entry (X lo arrays, n_sub apart), the widest range and the sum of
+// the smallest entries. Each centroid vector loads once for all X rows; every row's results are
+// those of X = 1. kSub: the sub-vector length known at compile time (the dot products then
 // unroll), or 0.
-template <int kSub>
-void LutFloatTables(const float* HWY_RESTRICT ct, int n_sub, int sub_rt, const float* HWY_RESTRICT y,
-                    float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* range, double* bias) {
+template <int kSub, int X>
+void LutFloatTablesMulti(const float* HWY_RESTRICT ct, int n_sub, int sub_rt, const float* HWY_RESTRICT y,
+                         size_t y_stride, float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* range,
+                         double* bias) {
   const DF df;
   const int N = int(hn::Lanes(df));
   const int sub = kSub ? kSub : sub_rt;
+  const size_t tab = size_t(n_sub) * kLutCentroids;
   for (int s = 0; s < n_sub; ++s) {
     const float* cs = ct + size_t(s) * sub * kLutCentroids;
-    const float* ys = y + size_t(s) * sub;
-    float* ts = table + size_t(s) * kLutCentroids;
-    auto vmin = hn::Set(df, std::numeric_limits<float>::infinity());
-    auto vmax = hn::Neg(vmin);
-    for (int c = 0; c < kLutCentroids; c += N) {
-      auto dot = hn::Mul(hn::Set(df, ys[0]), hn::LoadU(df, cs + c));
-      for (int j = 1; j < sub; ++j) dot = hn::Add(dot, hn::Mul(hn::Set(df, ys[j]), hn::LoadU(df, cs + size_t(j) * kLutCentroids + c)));
-      hn::StoreU(dot, df, ts + c);
-      vmin = hn::Min(vmin, dot);
-      vmax = hn::Max(vmax, dot);
+    hn::Vec<DF> vmin[X], vmax[X];
+    for (int x = 0; x < X; ++x) {
+      vmin[x] = hn::Set(df, std::numeric_limits<float>::infinity());
+      vmax[x] = hn::Neg(vmin[x]);
     }
-    lo[s] = hn::GetLane(hn::MinOfLanes(df, vmin));
-    *range = std::max(*range, hn::GetLane(hn::MaxOfLanes(df, vmax)) - lo[s]);
-    *bias += lo[s];
+    for (int c = 0; c < kLutCentroids; c += N) {
+      hn::Vec<DF> dot[X];
+      const auto c0 = hn::LoadU(df, cs + c);
+      for (int x = 0; x < X; ++x) dot[x] = hn::Mul(hn::Set(df, y[size_t(x) * y_stride + size_t(s) * sub]), c0);
+      for (int j = 1; j < sub; ++j) {
+        const auto cj = hn::LoadU(df, cs + size_t(j) * kLutCentroids + c);
+        for (int x = 0; x < X; ++x) {
+          dot[x] = hn::Add(dot[x], hn::Mul(hn::Set(df, y[size_t(x) * y_stride + size_t(s) * sub + size_t(j)]), cj));
+        }
+      }
+      for (int x = 0; x < X; ++x) {
+        hn::StoreU(dot[x], df, table + size_t(x) * tab + size_t(s) * kLutCentroids + c);
+        vmin[x] = hn::Min(vmin[x], dot[x]);
+        vmax[x] = hn::Max(vmax[x], dot[x]);
+      }
+    }
+    for (int x = 0; x < X; ++x) {
+      lo[size_t(x) * n_sub + s] = hn::GetLane(hn::MinOfLanes(df, vmin[x]));
+      range[x] = std::max(range[x], hn::GetLane(hn::MaxOfLanes(df, vmax[x])) - lo[size_t(x) * n_sub + s]);
+      bias[x] += lo[size_t(x) * n_sub + s];
+    }
   }
 }
 
@@ -109,19 +125,11 @@ HWY_INLINE void StoreWholeBytes(hn::Vec<DF> v, D8 du8, uint8_t* HWY_RESTRICT p) 
 #endif
 }
 
-// See lut_u8_prepare in codebook_kernels.h. table: n_sub * 256 floats of scratch; lo: n_sub floats.
-void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT y,
-                  float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT state) {
+// A row's float table to the state's bytes, bias and step.
+void LutBytes(int n_sub, const float* HWY_RESTRICT table, const float* HWY_RESTRICT lo, float range, double bias,
+              float* HWY_RESTRICT state) {
   const DF df;
   const int N = int(hn::Lanes(df));
-  float range = 0;
-  double bias = 0;
-  switch (sub) {
-    case 2: LutFloatTables<2>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
-    case 4: LutFloatTables<4>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
-    case 8: LutFloatTables<8>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
-    default: LutFloatTables<0>(ct, n_sub, sub, y, table, lo, &range, &bias); break;
-  }
   const float inv = range > 0 ? 255.0f / range : 0.0f;
   const hn::Rebind<uint8_t, DI> du8;
   uint8_t* u = reinterpret_cast<uint8_t*>(state + kLutHeaderFloats);
@@ -138,6 +146,47 @@ void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float*
   std::fill_n(state, kLutHeaderFloats, 0.0f);
   state[0] = float(bias);
   state[1] = range / 255.0f;
+}
+
+// lut_u8_prepare for n rows (y_stride apart) into states (state_stride apart): four rows per pass
+// over the centroids where their tables fit the scratch, each row's state with LutU8Prepare's bits.
+// table: 4 n_sub * 256 floats of scratch; lo: 4 n_sub floats.
+template <int X>
+HWY_INLINE void LutU8PrepareBlock(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT ys,
+                                  size_t y_stride, float* HWY_RESTRICT table, float* HWY_RESTRICT lo,
+                                  float* HWY_RESTRICT states, size_t state_stride) {
+  float range[X] = {};
+  double bias[X] = {};
+  switch (sub) {
+    case 2: LutFloatTablesMulti<2, X>(ct, n_sub, sub, ys, y_stride, table, lo, range, bias); break;
+    case 4: LutFloatTablesMulti<4, X>(ct, n_sub, sub, ys, y_stride, table, lo, range, bias); break;
+    case 8: LutFloatTablesMulti<8, X>(ct, n_sub, sub, ys, y_stride, table, lo, range, bias); break;
+    default: LutFloatTablesMulti<0, X>(ct, n_sub, sub, ys, y_stride, table, lo, range, bias); break;
+  }
+  for (int x = 0; x < X; ++x) {
+    LutBytes(n_sub, table + size_t(x) * n_sub * kLutCentroids, lo + size_t(x) * n_sub, range[x], bias[x],
+             states + size_t(x) * state_stride);
+  }
+}
+
+// See lut_u8_prepare in codebook_kernels.h. table: n_sub * 256 floats of scratch; lo: n_sub floats.
+void LutU8Prepare(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT y,
+                  float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT state) {
+  LutU8PrepareBlock<1>(ct, n_sub, sub, y, 0, table, lo, state, 0);
+}
+
+void LutU8PrepareRows(const float* HWY_RESTRICT ct, int n_sub, int sub, const float* HWY_RESTRICT ys, size_t y_stride,
+                      int n, float* HWY_RESTRICT table, float* HWY_RESTRICT lo, float* HWY_RESTRICT states,
+                      size_t state_stride) {
+  int r = 0;
+  for (; r + 4 <= n; r += 4) {
+    LutU8PrepareBlock<4>(ct, n_sub, sub, ys + size_t(r) * y_stride, y_stride, table, lo, states + size_t(r) * state_stride,
+                         state_stride);
+  }
+  for (; r < n; ++r) {
+    LutU8PrepareBlock<1>(ct, n_sub, sub, ys + size_t(r) * y_stride, y_stride, table, lo, states + size_t(r) * state_stride,
+                         state_stride);
+  }
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -310,6 +359,14 @@ void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y
   float* const table = ws.get<float>(Workspace::kLutTable, size_t(n_sub) * kLutCentroids);
   float* const lo = ws.get<float>(Workspace::kLutLow, size_t(n_sub));
   HWY_DYNAMIC_DISPATCH(LutU8Prepare)(centroids_t, n_sub, sub, y, table, lo, state);
+}
+
+HWY_EXPORT(LutU8PrepareRows);
+void lut_u8_prepare_rows(const float* centroids_t, int n_sub, int sub, const float* ys, size_t y_stride, int n,
+                         float* states, size_t state_stride, Workspace& ws) {
+  float* const table = ws.get<float>(Workspace::kLutTable, size_t(4) * n_sub * kLutCentroids);
+  float* const lo = ws.get<float>(Workspace::kLutLow, size_t(4) * n_sub);
+  HWY_DYNAMIC_DISPATCH(LutU8PrepareRows)(centroids_t, n_sub, sub, ys, y_stride, n, table, lo, states, state_stride);
 }
 }  // namespace vq::kv
 #endif

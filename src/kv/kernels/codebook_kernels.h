@@ -37,6 +37,10 @@ inline float lut_u8_step(const float* state) { return state[1]; }
 // table's dot products add j = 0, 1, ... with multiplies and adds kept apart, the same bits on
 // every target. The float table is scratch from the workspace's kLutTable and kLutLow slots.
 void lut_u8_prepare(const float* centroids_t, int n_sub, int sub, const float* y, float* state, Workspace& ws);
+// lut_u8_prepare for n rows (y_stride apart) into states (state_stride apart), each with its bits;
+// the rows share passes over the centroids (prefill's query rows).
+void lut_u8_prepare_rows(const float* centroids_t, int n_sub, int sub, const float* ys, size_t y_stride, int n,
+                         float* states, size_t state_stride, Workspace& ws);
 
 // Values from their centroid indices, into rows of d = n_sub * sub floats: acc[r * acc_stride +
 // s * sub + j] += the sum over the tokens i in [i0, i1) of w[r * w_stride + (i - i0)] *

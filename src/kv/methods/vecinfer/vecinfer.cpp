@@ -225,6 +225,17 @@ class VecInferKeyCodec final : public KeyCodec {
     rot_.forward(y);
     lut_u8_prepare(book_.transposed(), book_.n_sub(), book_.sub(), y, state, ws);
   }
+  // All rows smoothed and turned, then their tables built four rows per pass over the codebook;
+  // each state with prepare_query's bits.
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace& ws) const override {
+    float* const y = ws.get<float>(Workspace::kCodec0, size_t(n) * size_t(d_));
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j < d_; ++j) y[size_t(r) * d_ + size_t(j)] = q[size_t(r) * q_stride + size_t(j)] * smooth_[size_t(j)];
+    }
+    rot_.forward_rows(y, size_t(n), size_t(d_));
+    lut_u8_prepare_rows(book_.transposed(), book_.n_sub(), book_.sub(), y, size_t(d_), n, states, state_stride, ws);
+  }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace&) const override {
     lut_u8_scores(states, query_state_floats(), n_q, book_.n_sub(), blocks, block_bytes(), i0, i1, out, out_stride);
