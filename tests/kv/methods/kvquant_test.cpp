@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "src/core/rng.h"
@@ -174,6 +177,50 @@ TEST(Method_kvquant, LanesEqualReferenceOnEveryTarget) {
         EXPECT_GE(targets, 2);
       }
     }
+  }
+}
+
+void check_many_rows(RopeSpec rope, int d, const char* spec) {
+  SCOPED_TRACE(std::string(spec) + " d=" + std::to_string(d));
+  const Calibrated c = calibrated(spec, d, rope);
+  CodecContext ctx = c.ctx();
+  ctx.rope = std::move(rope);
+  const auto kc = c.method.keys().key_codec(ctx);
+  const int64_t pos0 = 17;
+  const auto kx = make_data(Data::kOutliers, 600, d, 5);
+  const Encoded ke = encode_run(*kc, kx, pos0);
+  const int n_q = 9;
+  const size_t S = kc->query_state_floats();
+  const auto q = make_data(Data::kGaussian, size_t(n_q), d, 6);
+  std::vector<float> states(size_t(n_q) * S);
+  for (int r = 0; r < n_q; ++r) kc->prepare_query(q.data() + size_t(r) * d, states.data() + size_t(r) * S);
+  const int targets = for_each_supported_target([&] {
+    for (const auto& range : std::vector<std::pair<int64_t, int64_t>>{{0, ke.tokens}, {3, ke.tokens - 5}, {40, 41}}) {
+      const int64_t i0 = range.first, i1 = range.second;
+      const size_t stride = size_t(ke.tokens) + 2;
+      std::vector<float> all(size_t(n_q) * stride, -1.0f), fours(size_t(n_q) * stride, -1.0f);
+      kc->scores(states.data(), n_q, ke.bytes.data(), pos0, i0, i1, all.data(), stride);
+      for (int r0 = 0; r0 < n_q; r0 += 4) {
+        kc->scores(states.data() + size_t(r0) * S, std::min(4, n_q - r0), ke.bytes.data(), pos0, i0, i1,
+                   fours.data() + size_t(r0) * stride, stride);
+      }
+      ASSERT_EQ(std::memcmp(all.data(), fours.data(), all.size() * sizeof(float)), 0) << i0 << ".." << i1;
+    }
+  });
+  EXPECT_GE(targets, 2);
+}
+
+// With more than four query rows (prefill) the key kernel decodes each block once and scores every
+// group of four rows from it: the same bits as scoring the rows four at a time, on every target,
+// both RoPE pairings, with and without outliers, over ranges that start and end inside blocks.
+TEST(Method_kvquant, ManyRowsScoreAsFourAtATime) {
+  RopeSpec norm;
+  norm.style = RopeSpec::Style::kNorm;
+  norm.base = 500000.0f;
+  for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4,outliers=0.05"}) {
+    check_many_rows(neox(), 128, spec);
+    check_many_rows(neox(), 64, spec);
+    check_many_rows(norm, 64, spec);
   }
 }
 

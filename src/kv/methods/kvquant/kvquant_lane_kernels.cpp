@@ -184,11 +184,166 @@ void ScoreRows(const RopeKeys& k, const float* qp, const uint8_t* blocks, size_t
   });
 }
 
+// ---- many query rows (prefill): each block's turned keys decoded once ----------------------
+// ScorePair's keys without the rows: ra, rb of pair K stored at buf + 2 K kLanes (the group's first
+// pair at buf).
+template <int kBits, int kA, int kB, int K>
+HWY_INLINE void DecodePair(const VU* wa, const VU* wb, const float* HWY_RESTRICT T, const float* HWY_RESTRICT C,
+                           float* HWY_RESTRICT buf) {
+  const DF df;
+  const VF ka = Lookup<kBits>(LoadLevels(T + K * kPairTable), CodeBits<kBits, kA>(wa));
+  const VF kb = Lookup<kBits>(LoadLevels(T + K * kPairTable + 16), CodeBits<kBits, kB>(wb));
+  const VF cs = hn::LoadU(df, C + K * kPairAngles);
+  const VF sn = hn::LoadU(df, C + K * kPairAngles + kCols);
+  hn::Store(hn::MulSub(ka, cs, hn::Mul(kb, sn)), df, buf + 2 * K * kLanes);
+  hn::Store(hn::MulAdd(ka, sn, hn::Mul(kb, cs)), df, buf + (2 * K + 1) * kLanes);
+}
+
+template <int kBits, size_t... K>
+HWY_INLINE void DecodeNeoxGroup(const VU* wa, const VU* wb, const float* T, const float* C, float* buf,
+                                std::index_sequence<K...>) {
+  (DecodePair<kBits, int(K), int(K), int(K)>(wa, wb, T, C, buf), ...);
+}
+
+template <int kBits, size_t... KK>
+HWY_INLINE void DecodeNormGroup(const VU* w, const float* T, const float* C, float* buf, std::index_sequence<KK...>) {
+  (DecodePair<kBits, 2 * int(KK), 2 * int(KK) + 1, int(KK)>(w, w, T, C, buf), ...);
+}
+
+// A block's turned keys, [part][pair][a, b][kLanes]: the values ScoreBlock computes for each pair.
+template <int kBits, bool kNeox>
+void DecodeBlock(const RopeKeys& k, const uint8_t* HWY_RESTRICT blk, size_t col, float* HWY_RESTRICT buf) {
+  const DU du;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
+  const int n_groups = k.d / kGroup, pairs = k.d / 2;
+  for (int p = 0; p < kParts; ++p) {
+    const size_t c = col + size_t(p) * kLanes;
+    float* const bp = buf + size_t(p) * pairs * 2 * kLanes;
+    if constexpr (kNeox) {
+      for (int g = 0; g < n_groups / 2; ++g) {
+        VU wa[kBits], wb[kBits];
+        for (int m = 0; m < kBits; ++m) {
+          wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+          wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
+        }
+        const size_t j0 = size_t(g) * kGroup;
+        DecodeNeoxGroup<kBits>(wa, wb, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c,
+                               bp + j0 * 2 * kLanes, std::make_index_sequence<kGroup>());
+      }
+    } else {
+      for (int g = 0; g < n_groups; ++g) {
+        VU w[kBits];
+        for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+        const size_t j0 = size_t(g) * (kGroup / 2);
+        DecodeNormGroup<kBits>(w, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, bp + j0 * 2 * kLanes,
+                               std::make_index_sequence<kGroup / 2>());
+      }
+    }
+  }
+}
+
+// ScorePair's products from a decoded pair K (its ra, rb at buf + 2 K kLanes).
+template <int kSet, int K>
+HWY_INLINE void ScoreDecodedPair(const float* buf, const float* Q, VF (*acc)[kRows]) {
+  const DF df;
+  const VF ra = hn::Load(df, buf + 2 * K * kLanes);
+  const VF rb = hn::Load(df, buf + (2 * K + 1) * kLanes);
+  VF* A = acc[kSet];
+  const float* q = Q + K * kPairQuery;
+  for (int r = 0; r < kRows; ++r) A[r] = hn::MulAdd(hn::Set(df, q[2 * r]), ra, hn::MulAdd(hn::Set(df, q[2 * r + 1]), rb, A[r]));
+}
+
+template <size_t... K>
+HWY_INLINE void ScoreDecodedPairs(const float* buf, const float* Q, VF (*acc)[kRows], std::index_sequence<K...>) {
+  (ScoreDecodedPair<int(K) % kSets, int(K)>(buf, Q, acc), ...);
+}
+
+// ScoreBlock's scores of four rows (qp) from a decoded block: the same products in the same order
+// (pair j into accumulator set j mod 2, as ScorePair's groups assign them; the outliers last), so
+// the same bits.
+template <bool kNeox>
+HWY_INLINE void ScoreDecodedBlock(const RopeKeys& k, const float* qp, const float* buf, const uint8_t* blk, size_t col,
+                                  float* out, size_t out_stride) {
+  const DF df;
+  const int pairs = k.d / 2;
+  constexpr int kStep = kGroup / 2;  // pairs per step: a whole number of groups' pairs either way
+  for (int p = 0; p < kParts; ++p) {
+    VF acc[kSets][kRows];
+    for (int e = 0; e < kSets; ++e) {
+      for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
+    }
+    const float* bp = buf + size_t(p) * pairs * 2 * kLanes;
+    for (int j0 = 0; j0 < pairs; j0 += kStep) {
+      ScoreDecodedPairs(bp + size_t(j0) * 2 * kLanes, qp + size_t(j0) * kPairQuery, acc, std::make_index_sequence<kStep>());
+    }
+    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, blk, p, col, acc);
+    for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
+  }
+}
+
+// Blocks outside, groups of four rows inside: each block is decoded once for all of them.
+// qp: the groups' pair-major query components, kPairQuery * pairs floats per group.
+template <int kBits, bool kNeox>
+void ScoreManyRows(const RopeKeys& k, const float* qp, int n_q, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
+                   int64_t col0, float* out, size_t out_stride) {
+  const int pairs = k.d / 2;
+  alignas(64) static thread_local float buf_store[kSub * 4096];  // 16 tokens of d <= 4096
+  float* const buf = buf_store;
+  alignas(64) float tmp[kRows * kSub];
+  const int64_t first_block = i0 / kSub;
+  for (int64_t b = first_block; b * kSub < i1; ++b) {
+    const uint8_t* blk = blocks + size_t(b) * bb;
+    const size_t col = size_t(col0 + kSub * (b - first_block));
+    DecodeBlock<kBits, kNeox>(k, blk, col, buf);
+    const int64_t first = b * kSub;
+    const int64_t a = std::max(i0, first), e = std::min(i1, first + kSub);
+    const bool whole = a == first && e == first + kSub;
+    for (int r0 = 0; r0 < n_q; r0 += kRows) {
+      const int n = std::min(kRows, n_q - r0);
+      const float* q = qp + size_t(r0 / kRows) * pairs * kPairQuery;
+      float* o = out + size_t(r0) * out_stride + size_t(a - i0);
+      if (whole && n == kRows) {
+        ScoreDecodedBlock<kNeox>(k, q, buf, blk, col, o, out_stride);
+        continue;
+      }
+      ScoreDecodedBlock<kNeox>(k, q, buf, blk, col, tmp, size_t(kSub));
+      for (int r = 0; r < n; ++r) {
+        for (int64_t x = a; x < e; ++x) o[size_t(r) * out_stride + size_t(x - a)] = tmp[r * kSub + (x - first)];
+      }
+    }
+  }
+}
+
 void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb,
                        int64_t i0, int64_t i1, int64_t col0, float* out, size_t out_stride) {
   if (i1 <= i0) return;
   HWY_ASSERT(k.cols == kCols);
   const int pairs = k.d / 2;
+  if (n_q > kRows) {
+    // Many rows (prefill): [group of four rows][pair][row][a, b], then each block decoded once.
+    static thread_local std::vector<float> qp_all;
+    const int groups = (n_q + kRows - 1) / kRows;
+    qp_all.resize(size_t(groups) * size_t(pairs) * kPairQuery);
+    for (int g = 0; g < groups; ++g) {
+      float* qg = qp_all.data() + size_t(g) * size_t(pairs) * kPairQuery;
+      for (int j = 0; j < pairs; ++j) {
+        const int a = k.neox ? j : 2 * j, b = k.neox ? j + pairs : 2 * j + 1;
+        for (int r = 0; r < kRows; ++r) {
+          const int row = g * kRows + r;
+          qg[size_t(j) * kPairQuery + 2 * r] = row < n_q ? q[size_t(row) * qs + size_t(a)] : 0.0f;
+          qg[size_t(j) * kPairQuery + 2 * r + 1] = row < n_q ? q[size_t(row) * qs + size_t(b)] : 0.0f;
+        }
+      }
+    }
+    WithBits(k.bits, [&](auto bits) {
+      if (k.neox) {
+        ScoreManyRows<bits(), true>(k, qp_all.data(), n_q, blocks, bb, i0, i1, col0, out, out_stride);
+      } else {
+        ScoreManyRows<bits(), false>(k, qp_all.data(), n_q, blocks, bb, i0, i1, col0, out, out_stride);
+      }
+    });
+    return;
+  }
   // [pair][row][a, b]: four rows' components of each pair; rows past n_q are zero.
   alignas(64) static thread_local float qp_buf[2048 * kPairQuery];
   float* const qp = qp_buf;
