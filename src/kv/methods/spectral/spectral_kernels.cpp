@@ -78,39 +78,43 @@ void Dot16Rows(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_REST
   Dot16AllRows<1>(rows, n_rows, x, 0, n, out, 0);
 }
 
-// out[j] for four vectors of j at once, so that four chains of adds overlap; each output's sum
-// over the rows keeps its order.
-void AddScaledRows(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, int n,
-                   float* HWY_RESTRICT out) {
+// out[x][j] += c[x][i] * rows[i][j] for X outputs (coefficient rows c_stride apart, outputs
+// out_stride apart) and channels [j0, j1), V vectors of channels at a time: each matrix row loads
+// once for all X, X * V chains of adds overlap, and every output adds the rows in order, skipping
+// those whose own coefficient is zero. Returns where it stopped (the last whole V vectors).
+template <int X, int V>
+HWY_INLINE int AddScaledBlock(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, size_t c_stride,
+                              int n, int j0, float* HWY_RESTRICT out, size_t out_stride) {
   const hn::ScalableTag<float> df;
   const int N = int(hn::Lanes(df));
-  int j = 0;
-  for (; j + 4 * N <= n; j += 4 * N) {
-    auto a0 = hn::LoadU(df, out + j), a1 = hn::LoadU(df, out + j + N);
-    auto a2 = hn::LoadU(df, out + j + 2 * N), a3 = hn::LoadU(df, out + j + 3 * N);
+  int j = j0;
+  for (; j + V * N <= n; j += V * N) {
+    hn::Vec<decltype(df)> a[X][V];
+    for (int x = 0; x < X; ++x) {
+      for (int v = 0; v < V; ++v) a[x][v] = hn::LoadU(df, out + x * out_stride + j + v * N);
+    }
     for (int i = 0; i < n_rows; ++i) {
-      if (c[i] == 0.0f) continue;
-      const auto ci = hn::Set(df, c[i]);
       const float* row = rows + static_cast<size_t>(i) * n + j;
-      a0 = hn::Add(a0, hn::Mul(ci, hn::LoadU(df, row)));
-      a1 = hn::Add(a1, hn::Mul(ci, hn::LoadU(df, row + N)));
-      a2 = hn::Add(a2, hn::Mul(ci, hn::LoadU(df, row + 2 * N)));
-      a3 = hn::Add(a3, hn::Mul(ci, hn::LoadU(df, row + 3 * N)));
+      hn::Vec<decltype(df)> r[V];
+      for (int v = 0; v < V; ++v) r[v] = hn::LoadU(df, row + v * N);
+      for (int x = 0; x < X; ++x) {
+        const float ci = c[x * c_stride + i];
+        if (ci == 0.0f) continue;
+        const auto cv = hn::Set(df, ci);
+        for (int v = 0; v < V; ++v) a[x][v] = hn::Add(a[x][v], hn::Mul(cv, r[v]));
+      }
     }
-    hn::StoreU(a0, df, out + j);
-    hn::StoreU(a1, df, out + j + N);
-    hn::StoreU(a2, df, out + j + 2 * N);
-    hn::StoreU(a3, df, out + j + 3 * N);
-  }
-  for (; j + N <= n; j += N) {
-    auto acc = hn::LoadU(df, out + j);
-    for (int i = 0; i < n_rows; ++i) {
-      if (c[i] == 0.0f) continue;
-      acc = hn::Add(acc, hn::Mul(hn::Set(df, c[i]), hn::LoadU(df, rows + static_cast<size_t>(i) * n + j)));
+    for (int x = 0; x < X; ++x) {
+      for (int v = 0; v < V; ++v) hn::StoreU(a[x][v], df, out + x * out_stride + j + v * N);
     }
-    hn::StoreU(acc, df, out + j);
   }
-  for (; j < n; ++j) {
+  return j;
+}
+
+// The channels past the whole vectors, one at a time, in the same order of sums.
+HWY_INLINE void AddScaledTail(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, int n, int j0,
+                              float* HWY_RESTRICT out) {
+  for (int j = j0; j < n; ++j) {
     float s = out[j];
     for (int i = 0; i < n_rows; ++i) {
       if (c[i] != 0.0f) s += c[i] * rows[static_cast<size_t>(i) * n + j];
@@ -119,54 +123,25 @@ void AddScaledRows(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_
   }
 }
 
-// AddScaledRows for X outputs at once (coefficient rows c_stride apart, outputs out_stride
-// apart): each row of the matrix loads once for all X, each output keeps its order of sums and
-// skips the rows whose own coefficient is zero.
-template <int X>
-HWY_INLINE void AddScaledBlock(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, size_t c_stride,
-                               int n, float* HWY_RESTRICT out, size_t out_stride) {
-  const hn::ScalableTag<float> df;
-  const int N = int(hn::Lanes(df));
-  int j = 0;
-  for (; j + 2 * N <= n; j += 2 * N) {
-    hn::Vec<decltype(df)> a[X][2];
-    for (int x = 0; x < X; ++x) {
-      a[x][0] = hn::LoadU(df, out + x * out_stride + j);
-      a[x][1] = hn::LoadU(df, out + x * out_stride + j + N);
-    }
-    for (int i = 0; i < n_rows; ++i) {
-      const float* row = rows + static_cast<size_t>(i) * n + j;
-      const auto r0 = hn::LoadU(df, row), r1 = hn::LoadU(df, row + N);
-      for (int x = 0; x < X; ++x) {
-        const float ci = c[x * c_stride + i];
-        if (ci == 0.0f) continue;
-        const auto cv = hn::Set(df, ci);
-        a[x][0] = hn::Add(a[x][0], hn::Mul(cv, r0));
-        a[x][1] = hn::Add(a[x][1], hn::Mul(cv, r1));
-      }
-    }
-    for (int x = 0; x < X; ++x) {
-      hn::StoreU(a[x][0], df, out + x * out_stride + j);
-      hn::StoreU(a[x][1], df, out + x * out_stride + j + N);
-    }
-  }
-  for (int x = 0; x < X; ++x) {
-    const float* cx = c + x * c_stride;
-    float* ox = out + x * out_stride;
-    for (int jj = j; jj < n; ++jj) {
-      float s = ox[jj];
-      for (int i = 0; i < n_rows; ++i) {
-        if (cx[i] != 0.0f) s += cx[i] * rows[static_cast<size_t>(i) * n + jj];
-      }
-      ox[jj] = s;
-    }
-  }
+// One output: four vectors of channels at a time (four chains), then one, then the tail.
+void AddScaledRows(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, int n,
+                   float* HWY_RESTRICT out) {
+  int j = AddScaledBlock<1, 4>(rows, n_rows, c, 0, n, 0, out, 0);
+  j = AddScaledBlock<1, 1>(rows, n_rows, c, 0, n, j, out, 0);
+  AddScaledTail(rows, n_rows, c, n, j, out);
 }
 
+// Four outputs at a time with two vectors of channels each (eight chains), the rest one by one.
 void AddScaledRowsMulti(const float* HWY_RESTRICT rows, int n_rows, const float* HWY_RESTRICT c, size_t c_stride,
                         int n_x, int n, float* HWY_RESTRICT out, size_t out_stride) {
   int x = 0;
-  for (; x + 4 <= n_x; x += 4) AddScaledBlock<4>(rows, n_rows, c + x * c_stride, c_stride, n, out + x * out_stride, out_stride);
+  for (; x + 4 <= n_x; x += 4) {
+    const float* cx = c + x * c_stride;
+    float* ox = out + x * out_stride;
+    int j = AddScaledBlock<4, 2>(rows, n_rows, cx, c_stride, n, 0, ox, out_stride);
+    j = AddScaledBlock<4, 1>(rows, n_rows, cx, c_stride, n, j, ox, out_stride);
+    for (int k = 0; k < 4; ++k) AddScaledTail(rows, n_rows, cx + k * c_stride, n, j, ox + k * out_stride);
+  }
   for (; x < n_x; ++x) AddScaledRows(rows, n_rows, c + x * c_stride, n, out + x * out_stride);
 }
 
