@@ -66,48 +66,12 @@ void OutlierGroupTables(int m, int om, const float* const* cols, const float* HW
   if (om != m) NibbleTables(w_out, m, c_in, wc, tab_corr);
 }
 
-// kV vectors of rows [i, i + kV N) of S x, summed over the channels in order.
-template <int kV>
-HWY_INLINE void ProjectRows(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT x, int i,
-                            float* HWY_RESTRICT out, const uint8_t* mask, bool in_mask) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  hn::Vec<DF> acc[kV];
-  for (int v = 0; v < kV; ++v) acc[v] = hn::Zero(df);
-  for (int c = 0; c < d; ++c) {
-    if (mask && (mask[c] != 0) != in_mask) continue;
-    const auto xc = hn::Set(df, x[c]);
-    const float* col = st + size_t(c) * size_t(m) + size_t(i);
-    for (int v = 0; v < kV; ++v) acc[v] = hn::Add(acc[v], hn::Mul(xc, hn::LoadU(df, col + v * N)));
-  }
-  for (int v = 0; v < kV; ++v) hn::StoreU(acc[v], df, out + i + v * N);
-}
-
-// out[i] = sum over the channels c, in order, of x[c] * st[c m + i]: a product and a sum, each
-// rounded (no fused multiply-add), so every target and the scalar tail give the same bits. Eight
-// vectors of rows stay in registers over all channels.
-void ProjectColumns(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT x, int rows,
-                    float* HWY_RESTRICT out, const uint8_t* mask, bool in_mask) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  int i = 0;
-  for (; i + 8 * N <= rows; i += 8 * N) ProjectRows<8>(st, m, d, x, i, out, mask, in_mask);
-  for (; i + N <= rows; i += N) ProjectRows<1>(st, m, d, x, i, out, mask, in_mask);
-  for (; i < rows; ++i) {
-    float s = 0.0f;
-    for (int c = 0; c < d; ++c) {
-      if (mask && (mask[c] != 0) != in_mask) continue;
-      s += x[c] * st[size_t(c) * size_t(m) + size_t(i)];
-    }
-    out[i] = s;
-  }
-}
-
-// ProjectRows<kV> for X vectors x (x_stride apart) into X outputs (out_stride apart): each column
-// of S loads once for all X, each output keeps its order of sums.
+// kV vectors of rows [i, i + kV N) of S x_x for X vectors x (x_stride apart) into X outputs
+// (out_stride apart), each summed over the channels in order, the channels with
+// (mask[c] != 0) != in_mask skipped (none when mask is null): each column of S loads once for all X.
 template <int kV, int X>
-HWY_INLINE void ProjectRowsMulti(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs,
-                                 size_t x_stride, int i, float* HWY_RESTRICT out, size_t out_stride) {
+HWY_INLINE void ProjectRows(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs, size_t x_stride,
+                            int i, float* HWY_RESTRICT out, size_t out_stride, const uint8_t* mask, bool in_mask) {
   const DF df;
   const int N = int(hn::Lanes(df));
   hn::Vec<DF> acc[X][kV];
@@ -115,6 +79,7 @@ HWY_INLINE void ProjectRowsMulti(const float* HWY_RESTRICT st, int m, int d, con
     for (int v = 0; v < kV; ++v) acc[x][v] = hn::Zero(df);
   }
   for (int c = 0; c < d; ++c) {
+    if (mask && (mask[c] != 0) != in_mask) continue;
     const float* col = st + size_t(c) * size_t(m) + size_t(i);
     hn::Vec<DF> s[kV];
     for (int v = 0; v < kV; ++v) s[v] = hn::LoadU(df, col + v * N);
@@ -128,35 +93,51 @@ HWY_INLINE void ProjectRowsMulti(const float* HWY_RESTRICT st, int m, int d, con
   }
 }
 
-template <int X>
-HWY_INLINE void ProjectColumnsBlock(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs,
-                                    size_t x_stride, int rows, float* HWY_RESTRICT out, size_t out_stride) {
+// The first `rows` rows of S x_x for X vectors: kV vectors of rows at a time, then one, then the
+// rows past the last whole vector one at a time; a product and a sum, each rounded (no fused
+// multiply-add), so every target and the scalar tail give the same bits.
+template <int kV, int X>
+HWY_INLINE void ProjectBlock(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs, size_t x_stride,
+                             int rows, float* HWY_RESTRICT out, size_t out_stride, const uint8_t* mask, bool in_mask) {
   const DF df;
   const int N = int(hn::Lanes(df));
   int i = 0;
-  for (; i + 4 * N <= rows; i += 4 * N) ProjectRowsMulti<4, X>(st, m, d, xs, x_stride, i, out, out_stride);
-  for (; i + N <= rows; i += N) ProjectRowsMulti<1, X>(st, m, d, xs, x_stride, i, out, out_stride);
+  for (; i + kV * N <= rows; i += kV * N) ProjectRows<kV, X>(st, m, d, xs, x_stride, i, out, out_stride, mask, in_mask);
+  for (; i + N <= rows; i += N) ProjectRows<1, X>(st, m, d, xs, x_stride, i, out, out_stride, mask, in_mask);
   for (int x = 0; x < X; ++x) {
     const float* xr = xs + size_t(x) * x_stride;
     for (int ii = i; ii < rows; ++ii) {
       float s = 0.0f;
-      for (int c = 0; c < d; ++c) s += xr[c] * st[size_t(c) * size_t(m) + size_t(ii)];
+      for (int c = 0; c < d; ++c) {
+        if (mask && (mask[c] != 0) != in_mask) continue;
+        s += xr[c] * st[size_t(c) * size_t(m) + size_t(ii)];
+      }
       out[size_t(x) * out_stride + size_t(ii)] = s;
     }
   }
 }
 
+// out[i] = sum over the channels c, in order, of x[c] * st[c m + i]. Eight vectors of rows stay in
+// registers over all channels.
+void ProjectColumns(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT x, int rows,
+                    float* HWY_RESTRICT out, const uint8_t* mask, bool in_mask) {
+  ProjectBlock<8, 1>(st, m, d, x, 0, rows, out, 0, mask, in_mask);
+}
+
 // ProjectColumns (no mask) for n_x vectors: four per pass over S where 4 x 4 accumulators fit the
-// registers, one elsewhere (as ProjectColumns, whose eight vectors of rows give the same bits).
+// registers, one elsewhere; each output with ProjectColumns' bits (the blocking of rows into
+// vectors does not change a row's sum).
 void ProjectColumnsRows(const float* HWY_RESTRICT st, int m, int d, const float* HWY_RESTRICT xs, size_t x_stride,
                         int n_x, int rows, float* HWY_RESTRICT out, size_t out_stride) {
   constexpr int kX = HWY_MAX_BYTES >= 64 ? 4 : 1;
   int x = 0;
   for (; x + kX <= n_x; x += kX) {
-    ProjectColumnsBlock<kX>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride);
+    ProjectBlock<4, kX>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride,
+                        nullptr, false);
   }
   for (; x < n_x; ++x) {
-    ProjectColumnsBlock<1>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride);
+    ProjectBlock<8, 1>(st, m, d, xs + size_t(x) * x_stride, x_stride, rows, out + size_t(x) * out_stride, out_stride,
+                       nullptr, false);
   }
 }
 
