@@ -136,39 +136,51 @@ HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* qp, const uint8_t
   }
 }
 
+// fn(wa, wb, j0) for each group of pairs of part p: the code words of the pairs' first and second
+// channels (under NeoX, group g and group g + G/2; adjacent pairs share one group's words) and the
+// group's first pair.
+template <int kBits, bool kNeox, class Fn>
+HWY_INLINE void ForPairGroups(const RopeKeys& k, const uint8_t* blk, int p, const Fn& fn) {
+  const DU du;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
+  const int n_groups = k.d / kGroup;
+  if constexpr (kNeox) {
+    for (int g = 0; g < n_groups / 2; ++g) {
+      VU wa[kBits], wb[kBits];
+      for (int m = 0; m < kBits; ++m) {
+        wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+        wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
+      }
+      fn(wa, wb, size_t(g) * kGroup);
+    }
+  } else {
+    for (int g = 0; g < n_groups; ++g) {
+      VU w[kBits];
+      for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
+      fn(w, w, size_t(g) * (kGroup / 2));
+    }
+  }
+}
+
 template <int kBits, bool kNeox>
 HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* qp, const uint8_t* HWY_RESTRICT blk, size_t col,
                            float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
-  const DU du;
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
-  const int n_groups = k.d / kGroup;
   for (int p = 0; p < kParts; ++p) {
     VF acc[kSets][kRows];
     for (int e = 0; e < kSets; ++e) {
       for (int r = 0; r < kRows; ++r) acc[e][r] = hn::Zero(df);
     }
     const size_t c = col + size_t(p) * kLanes;
-    if constexpr (kNeox) {
-      for (int g = 0; g < n_groups / 2; ++g) {
-        VU wa[kBits], wb[kBits];
-        for (int m = 0; m < kBits; ++m) {
-          wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-          wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
-        }
-        const size_t j0 = size_t(g) * kGroup;
-        NeoxGroup<kBits>(wa, wb, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, qp + j0 * kPairQuery, acc,
-                         std::make_index_sequence<kGroup>());
+    ForPairGroups<kBits, kNeox>(k, blk, p, [&](const VU* wa, const VU* wb, size_t j0) {
+      const float* T = k.tables + j0 * kPairTable;
+      const float* C = k.angles + j0 * kPairAngles + c;
+      if constexpr (kNeox) {
+        NeoxGroup<kBits>(wa, wb, T, C, qp + j0 * kPairQuery, acc, std::make_index_sequence<kGroup>());
+      } else {
+        NormGroup<kBits>(wa, T, C, qp + j0 * kPairQuery, acc, std::make_index_sequence<kGroup / 2>());
       }
-    } else {
-      for (int g = 0; g < n_groups; ++g) {
-        VU w[kBits];
-        for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-        const size_t j0 = size_t(g) * (kGroup / 2);
-        NormGroup<kBits>(w, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, qp + j0 * kPairQuery, acc,
-                         std::make_index_sequence<kGroup / 2>());
-      }
-    }
+    });
     if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, blk, p, col, acc);
     for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
   }
@@ -213,32 +225,19 @@ HWY_INLINE void DecodeNormGroup(const VU* w, const float* T, const float* C, flo
 // A block's turned keys, [part][pair][a, b][kLanes]: the values ScoreBlock computes for each pair.
 template <int kBits, bool kNeox>
 void DecodeBlock(const RopeKeys& k, const uint8_t* HWY_RESTRICT blk, size_t col, float* HWY_RESTRICT buf) {
-  const DU du;
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(blk);
-  const int n_groups = k.d / kGroup, pairs = k.d / 2;
+  const int pairs = k.d / 2;
   for (int p = 0; p < kParts; ++p) {
     const size_t c = col + size_t(p) * kLanes;
     float* const bp = buf + size_t(p) * pairs * 2 * kLanes;
-    if constexpr (kNeox) {
-      for (int g = 0; g < n_groups / 2; ++g) {
-        VU wa[kBits], wb[kBits];
-        for (int m = 0; m < kBits; ++m) {
-          wa[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-          wb[m] = hn::LoadU(du, words + size_t((g + n_groups / 2) * kBits + m) * kSub + p * kLanes);
-        }
-        const size_t j0 = size_t(g) * kGroup;
-        DecodeNeoxGroup<kBits>(wa, wb, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c,
-                               bp + j0 * 2 * kLanes, std::make_index_sequence<kGroup>());
+    ForPairGroups<kBits, kNeox>(k, blk, p, [&](const VU* wa, const VU* wb, size_t j0) {
+      const float* T = k.tables + j0 * kPairTable;
+      const float* C = k.angles + j0 * kPairAngles + c;
+      if constexpr (kNeox) {
+        DecodeNeoxGroup<kBits>(wa, wb, T, C, bp + j0 * 2 * kLanes, std::make_index_sequence<kGroup>());
+      } else {
+        DecodeNormGroup<kBits>(wa, T, C, bp + j0 * 2 * kLanes, std::make_index_sequence<kGroup / 2>());
       }
-    } else {
-      for (int g = 0; g < n_groups; ++g) {
-        VU w[kBits];
-        for (int m = 0; m < kBits; ++m) w[m] = hn::LoadU(du, words + size_t(g * kBits + m) * kSub + p * kLanes);
-        const size_t j0 = size_t(g) * (kGroup / 2);
-        DecodeNormGroup<kBits>(w, k.tables + j0 * kPairTable, k.angles + j0 * kPairAngles + c, bp + j0 * 2 * kLanes,
-                               std::make_index_sequence<kGroup / 2>());
-      }
-    }
+    });
   }
 }
 
