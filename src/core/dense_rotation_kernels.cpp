@@ -3,6 +3,7 @@
 #define HWY_TARGET_INCLUDE "src/core/dense_rotation_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include <cstddef>
+#include <vector>
 
 #include "hwy/highway.h"
 #include "src/core/dense_rotation_kernels.h"
@@ -12,7 +13,6 @@ namespace vq::dense_rotation {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr size_t kMaxN = 1024;  // RandomRotation::kMaxDense
 
 // Rows x_0 .. x_{R-1} (stride apart) at once: each pass over the matrix's columns serves R rows,
 // so that the matrix (n^2 floats, from L2 for the sizes used) streams once per R rows, and 4 R
@@ -22,9 +22,15 @@ HWY_INLINE void ApplyBlock(const float* HWY_RESTRICT m, size_t n, float* x, size
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;  // as many floats as a vector has doubles
   const size_t N = hn::Lanes(dd);
-  alignas(64) static thread_local double y[R][kMaxN];
-  alignas(64) static thread_local double xd[R][kMaxN];
+  // Scratch on the heap, kept per thread (a static array here would be static TLS, reserved and
+  // cleared for every thread the process starts).
+  static thread_local std::vector<double> scratch;
+  scratch.resize(2 * size_t(R) * n);
+  double* y[R];
+  double* xd[R];
   for (int r = 0; r < R; ++r) {
+    y[r] = scratch.data() + size_t(r) * n;
+    xd[r] = scratch.data() + size_t(R + r) * n;
     for (size_t j = 0; j < n; ++j) xd[r][j] = double(x[r * stride + j]);
   }
   size_t i = 0;
@@ -46,7 +52,7 @@ HWY_INLINE void ApplyBlock(const float* HWY_RESTRICT m, size_t n, float* x, size
       }
     }
     for (int r = 0; r < R; ++r) {
-      for (int k = 0; k < 4; ++k) hn::Store(a[r][k], dd, y[r] + i + k * N);
+      for (int k = 0; k < 4; ++k) hn::StoreU(a[r][k], dd, y[r] + i + k * N);
     }
   }
   for (; i + N <= n; i += N) {
@@ -55,7 +61,7 @@ HWY_INLINE void ApplyBlock(const float* HWY_RESTRICT m, size_t n, float* x, size
       for (size_t j = 0; j < n; ++j) {
         acc = hn::Add(acc, hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, m + j * n + i)), hn::Set(dd, xd[r][j])));
       }
-      hn::Store(acc, dd, y[r] + i);
+      hn::StoreU(acc, dd, y[r] + i);
     }
   }
   for (; i < n; ++i) {

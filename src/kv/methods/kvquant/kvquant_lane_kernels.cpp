@@ -207,8 +207,8 @@ HWY_INLINE void DecodePair(const VU* wa, const VU* wb, const float* HWY_RESTRICT
   const VF kb = Lookup<kBits>(LoadLevels(T + K * kPairTable + 16), CodeBits<kBits, kB>(wb));
   const VF cs = hn::LoadU(df, C + K * kPairAngles);
   const VF sn = hn::LoadU(df, C + K * kPairAngles + kCols);
-  hn::Store(hn::MulSub(ka, cs, hn::Mul(kb, sn)), df, buf + 2 * K * kLanes);
-  hn::Store(hn::MulAdd(ka, sn, hn::Mul(kb, cs)), df, buf + (2 * K + 1) * kLanes);
+  hn::StoreU(hn::MulSub(ka, cs, hn::Mul(kb, sn)), df, buf + 2 * K * kLanes);
+  hn::StoreU(hn::MulAdd(ka, sn, hn::Mul(kb, cs)), df, buf + (2 * K + 1) * kLanes);
 }
 
 template <int kBits, size_t... K>
@@ -245,8 +245,8 @@ void DecodeBlock(const RopeKeys& k, const uint8_t* HWY_RESTRICT blk, size_t col,
 template <int kSet, int K>
 HWY_INLINE void ScoreDecodedPair(const float* buf, const float* Q, VF (*acc)[kRows]) {
   const DF df;
-  const VF ra = hn::Load(df, buf + 2 * K * kLanes);
-  const VF rb = hn::Load(df, buf + (2 * K + 1) * kLanes);
+  const VF ra = hn::LoadU(df, buf + 2 * K * kLanes);
+  const VF rb = hn::LoadU(df, buf + (2 * K + 1) * kLanes);
   VF* A = acc[kSet];
   const float* q = Q + K * kPairQuery;
   for (int r = 0; r < kRows; ++r) A[r] = hn::MulAdd(hn::Set(df, q[2 * r]), ra, hn::MulAdd(hn::Set(df, q[2 * r + 1]), rb, A[r]));
@@ -286,8 +286,11 @@ template <int kBits, bool kNeox>
 void ScoreManyRows(const RopeKeys& k, const float* qp, int n_q, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
                    int64_t col0, float* out, size_t out_stride) {
   const int pairs = k.d / 2;
-  alignas(64) static thread_local float buf_store[kSub * 4096];  // 16 tokens of d <= 4096
-  float* const buf = buf_store;
+  // The decoded block (16 tokens x d floats), on the heap and kept per thread: a static array
+  // would be static TLS, reserved and cleared for every thread the process starts.
+  static thread_local std::vector<float> buf_store;
+  buf_store.resize(size_t(kSub) * size_t(k.d));
+  float* const buf = buf_store.data();
   alignas(64) float tmp[kRows * kSub];
   const int64_t first_block = i0 / kSub;
   for (int64_t b = first_block; b * kSub < i1; ++b) {
