@@ -58,10 +58,9 @@ class RotatedKeyCodec final : public RotatedCodec<KeyCodec> {
  public:
   using RotatedCodec::RotatedCodec;
   size_t query_state_floats() const override { return inner().query_state_floats(); }
+  // One row is a block of one (prepare_queries below).
   void prepare_query(const float* q, float* state, Workspace& ws) const override {
-    std::vector<float> x(q, q + head_dim());
-    rotation().forward(x.data());
-    inner().prepare_query(x.data(), state, ws);
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   // All rows turned first, then the inner codec's batched preparation.
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,

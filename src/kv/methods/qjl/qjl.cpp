@@ -174,9 +174,9 @@ class QjlKeyCodec final : public KeyCodec {
 
   // The query itself (for the outlier columns' share, per group) and its sketch S q.
   size_t query_state_floats() const override { return size_t(d_) + size_t(m_); }
-  void prepare_query(const float* q, float* state, Workspace&) const override {
-    std::copy_n(q, d_, state);
-    sketch_.project(q, m_, state + d_);
+  // One row is a block of one (prepare_queries below).
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
                        Workspace&) const override {
@@ -292,10 +292,9 @@ class QjlLaneKeyCodec final : public KeyCodec {
     for (int t = 0; t < block_tokens(); ++t) sketch_.add_transposed(&z[size_t(t) * m_], keys + size_t(t) * d_);
   }
   size_t query_state_floats() const override { return rows_->query_state_floats(); }
+  // One row is a block of one (prepare_queries below).
   void prepare_query(const float* q, float* state, Workspace& ws) const override {
-    std::vector<float> sq(static_cast<size_t>(m_));  // not a workspace slot: the row codec may take those
-    sketch_.project(q, m_, sq.data());
-    rows_->prepare_query(sq.data(), state, ws);
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
                        Workspace& ws) const override {

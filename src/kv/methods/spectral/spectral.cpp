@@ -295,12 +295,9 @@ class SpectralLaneKeyCodec final : public SpectralLaneCodec<KeyCodec> {
  public:
   explicit SpectralLaneKeyCodec(SpectralRows rows) : SpectralLaneCodec(std::move(rows), false) {}
   size_t query_state_floats() const override { return signal_floats() + noise_floats() + 1; }
-  void prepare_query(const float* q, float* state, Workspace&) const override {
-    float b[kMaxDim + 1];
-    rows().to_basis(q, b);
-    signal().prepare_query(b, state);
-    if (noise()) noise()->prepare_query(b + rank(), state + signal_floats());
-    state[signal_floats() + noise_floats()] = b[head_dim()];
+  // One row is a block of one (prepare_queries below).
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
                        Workspace& ws) const override {

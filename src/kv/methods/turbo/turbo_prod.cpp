@@ -143,9 +143,9 @@ class ProdKeyCodec final : public RowBlockCodec<KeyCodec, ProdRows> {
       : RowBlockCodec(ProdRows(d, bits, m, sketch_seed)), d_(d) {}
   // q' (rotated by the wrapper) and S q'.
   size_t query_state_floats() const override { return size_t(d_) + size_t(rows().m()); }
-  void prepare_query(const float* q, float* state, Workspace&) const override {
-    std::copy_n(q, d_, state);
-    rows().sketch().project(q, rows().m(), state + d_);
+  // One row is a block of one (prepare_queries below).
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
                        Workspace&) const override {
@@ -284,11 +284,9 @@ class ProdLaneKeyCodec final : public ProdLaneCodec<KeyCodec> {
   size_t query_state_floats() const override {
     return lanes().mse().query_state_floats() + lanes().signs().query_state_floats();
   }
-  void prepare_query(const float* q, float* state, Workspace&) const override {
-    std::vector<float> sq(static_cast<size_t>(lanes().m()));
-    lanes().mse().prepare_query(q, state);
-    lanes().sketch().project(q, lanes().m(), sq.data());
-    lanes().signs().prepare_query(sq.data(), state + lanes().mse().query_state_floats());
+  // One row is a block of one (prepare_queries below).
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
                        Workspace&) const override {

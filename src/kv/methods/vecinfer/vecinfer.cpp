@@ -219,11 +219,9 @@ class VecInferKeyCodec final : public KeyCodec {
     }
   }
   size_t query_state_floats() const override { return lut_u8_state_floats(book_.n_sub()); }
+  // One row is a block of one (prepare_queries below).
   void prepare_query(const float* q, float* state, Workspace& ws) const override {
-    float y[kMaxDim];
-    for (int j = 0; j < d_; ++j) y[j] = q[j] * smooth_[size_t(j)];
-    rot_.forward(y);
-    lut_u8_prepare(book_.transposed(), book_.n_sub(), book_.sub(), y, state, ws);
+    prepare_queries(q, 0, 1, state, 0, ws);
   }
   // All rows smoothed and turned, then their tables built four rows per pass over the codebook;
   // each state with prepare_query's bits.
