@@ -139,11 +139,19 @@ class SpectralRows {
     from_basis(z, 1.0f, x);
   }
   // out = mean_weight * mu + sum_i sigma_i z_i v_i.
-  void from_basis(const float* z, float mean_weight, float* out) const {
-    for (int j = 0; j < d_; ++j) out[j] = mean_weight * mean_[size_t(j)];
-    float c[kMaxDim];
-    for (int i = 0; i < d_; ++i) c[i] = sigma_[size_t(i)] * z[i];
-    spectral::add_scaled_rows(basis_.data(), d_, c, d_, out);
+  void from_basis(const float* z, float mean_weight, float* out) const { from_basis_rows(z, 0, &mean_weight, 0, 1, out); }
+  // from_basis for n rows z (z_stride apart) with their mean weights (w_stride apart) into out
+  // (d floats apart), several rows per pass over the basis, each with from_basis's bits.
+  void from_basis_rows(const float* z, size_t z_stride, const float* weights, size_t w_stride, int n, float* out) const {
+    static thread_local std::vector<float> c;  // finalize runs once per work item; kept per thread
+    c.resize(size_t(n) * size_t(d_));
+    for (int r = 0; r < n; ++r) {
+      const float* zr = z + size_t(r) * z_stride;
+      float* o = out + size_t(r) * d_;
+      for (int j = 0; j < d_; ++j) o[j] = weights[size_t(r) * w_stride] * mean_[size_t(j)];
+      for (int i = 0; i < d_; ++i) c[size_t(r) * d_ + size_t(i)] = sigma_[size_t(i)] * zr[i];
+    }
+    spectral::add_scaled_rows_multi(basis_.data(), d_, c.data(), size_t(d_), n, d_, out, size_t(d_));
   }
   // q'_i = sigma_i <v_i, q> (d floats), then <q, mu>: d^2 multiply-adds per query row and step,
   // in float vectors (spectral_kernels.h; performance.md, SpectralQuant).
@@ -166,18 +174,9 @@ class SpectralRows {
       acc[size_t(r) * acc_floats + acc_floats - 1] += sum16(n, [&](int64_t i) { return wr[i]; });
     }
   }
-  // Every row as from_basis gives it, several rows per pass over the basis.
   void finalize(const float* acc, int n_q, float* out) const {
     const size_t A = size_t(d_) + 1;
-    static thread_local std::vector<float> c;  // finalize runs once per work item; kept per thread
-    c.resize(size_t(n_q) * size_t(d_));
-    for (int r = 0; r < n_q; ++r) {
-      const float* z = acc + size_t(r) * A;
-      float* o = out + size_t(r) * d_;
-      for (int j = 0; j < d_; ++j) o[j] = z[d_] * mean_[size_t(j)];
-      for (int i = 0; i < d_; ++i) c[size_t(r) * d_ + size_t(i)] = sigma_[size_t(i)] * z[i];
-    }
-    spectral::add_scaled_rows_multi(basis_.data(), d_, c.data(), size_t(d_), n_q, d_, out, size_t(d_));
+    from_basis_rows(acc, A, acc + d_, A, n_q, out);
   }
 
  private:

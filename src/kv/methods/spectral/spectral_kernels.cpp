@@ -152,7 +152,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace vq::kv::spectral {
 HWY_EXPORT(Dot16Rows);
-HWY_EXPORT(AddScaledRows);
 HWY_EXPORT(Dot16RowsMulti);
 HWY_EXPORT(AddScaledRowsMulti);
 
@@ -168,10 +167,6 @@ void add_scaled_rows_multi(const float* rows, int n_rows, const float* c, size_t
 
 void dot16_rows(const float* rows, int n_rows, const float* x, int n, float* out) {
   HWY_DYNAMIC_DISPATCH(Dot16Rows)(rows, n_rows, x, n, out);
-}
-
-void add_scaled_rows(const float* rows, int n_rows, const float* c, int n, float* out) {
-  HWY_DYNAMIC_DISPATCH(AddScaledRows)(rows, n_rows, c, n, out);
 }
 }  // namespace vq::kv::spectral
 #endif

@@ -10,17 +10,14 @@ namespace vq::kv::spectral {
 // partial sums (term k into partial k mod 16, in order), then the 16 added in order from zero.
 void dot16_rows(const float* rows, int n_rows, const float* x, int n, float* out);
 
-// out[j] += c[i] * rows[i][j] for i = 0, 1, ... n_rows - 1 in order, j < n (rows n apart); a row
-// whose c is zero is skipped.
-void add_scaled_rows(const float* rows, int n_rows, const float* c, int n, float* out);
-
 // dot16_rows for n_x vectors x (x_stride apart): out[x * out_stride + i], each product as
 // dot16_rows gives it. Several vectors share each pass over the rows: prefill's query rows.
 void dot16_rows_multi(const float* rows, int n_rows, const float* xs, size_t x_stride, int n_x, int n, float* out,
                       size_t out_stride);
 
-// add_scaled_rows for n_x coefficient vectors (c_stride apart) into n_x outputs (out_stride
-// apart), each output as add_scaled_rows gives it.
+// For n_x coefficient vectors c_x (c_stride apart) and outputs out_x (out_stride apart):
+// out_x[j] += c_x[i] * rows[i][j] for i = 0, 1, ... n_rows - 1 in order, j < n (rows n apart), a row
+// whose coefficient is zero skipped; the same bits for any n_x.
 void add_scaled_rows_multi(const float* rows, int n_rows, const float* c, size_t c_stride, int n_x, int n, float* out,
                            size_t out_stride);
 
