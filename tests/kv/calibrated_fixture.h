@@ -42,13 +42,14 @@ inline Calibrated calibrated_on_synthetic(const std::string& spec, int d, int n_
 // scores and accumulation equal the reference on every kind of data, the block bytes match the
 // formula, and one-token encoding matches whole blocks. Seeds start at seed_base.
 inline void check_calibrated_codec(const std::string& spec, const std::vector<int>& dims, uint64_t seed_base,
-                                   int calib_tokens = 1024, const ScoreSlack& score_slack = nullptr) {
+                                   int calib_tokens = 1024, const ScoreSlack& score_slack = nullptr,
+                                   double rel_tol = 1e-5) {
   for (int d : dims) {
     SCOPED_TRACE(spec + " at head_dim " + std::to_string(d));
     const Calibrated c = calibrated_on_synthetic(spec, d, calib_tokens);
     for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
       check_fused_equals_reference(c.method, c.ctx(), kind, seed_base + uint64_t(d) + uint64_t(kind), 80, 5,
-                                   1e-5, -1, score_slack);
+                                   rel_tol, 1e-5, score_slack);
     }
     check_block_bytes_match_formula(c.method, c.ctx());
     check_single_token_encode(c.method, c.ctx());

@@ -75,6 +75,15 @@ inline double norm(const float* x, int d) {
 // same relative bound for the accumulation of the tests' Gaussian weights.
 inline double fixed_point_tol(int d) { return std::sqrt(double(d)) / 65024.0 + 1e-5; }
 
+// The bound of TurboQuant's lane scores at 2 to 4 bits (turbo_lane_kernels.h), which hold the
+// query and the levels in 16-bit fixed point, each within 1/8190 of its largest magnitude: the
+// query's share is at most sqrt(d) / 8190 of |q| |k| (Cauchy-Schwarz), the levels' at most
+// max|level| / min|level| / 8190 of it (each coordinate of k is at least the smallest level
+// times the token's scale). 22 bounds that ratio for the tables used at up to 4 bits (Lloyd-Max
+// for a Gaussian at 4 bits: 2.73 / 0.128; RaBitQ's grid: 2^bits - 1). The kernels themselves
+// are held exactly by Method_turbo.FixedPointScoresAreExactIntegerSums.
+inline double fixed_lane_tol(int d) { return (std::sqrt(double(d)) + 22.0) / 8190.0 + 1e-5; }
+
 // Fused scores and accumulation against decode-then-dot, on a run of about `tokens` tokens,
 // over sub-ranges that start and end inside blocks, within rel_tol of |q| |k| (scores) and of
 // sum |w| |v| (accumulation): float rounding for most codecs; a codec whose fused paths hold the

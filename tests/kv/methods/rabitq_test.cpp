@@ -32,7 +32,8 @@ namespace {
 // largest coordinate exceeds s = sqrt(2 ln(2d/p)/d) with probability at most 2d e^(-d s^2/2) = p.
 // With p = 1e-9 for each: a bound relative to |q| |k_hat|, about 0.39 at d = 64 and 0.20 at 256
 // (the typical error is some twenty times smaller; ScoresAreExactForTheHeldQuery is the tight
-// check). Two to four bits score with the float query: float rounding, 1e-5.
+// check). Two to four bits score through TurboQuant's fixed-point lane kernels where d is a multiple
+// of 32 (fixed_lane_tol), in float otherwise (d = 96's dense rotation is not: 96 is).
 double query_quantization_tol(int d) {
   const double p = 1e-9;
   return 2.0 / 15.0 * std::sqrt(2.0 * std::log(2.0 * d / p) / d) *
@@ -46,7 +47,7 @@ TEST(Method_rabitq, FusedEqualsReference) {
     }
     for (const char* spec :
          {"rabitq:bits=2", "rabitq:bits=3", "rabitq:bits=4,seed=9", "k=rabitq:bits=4,v=rabitq"}) {
-      check_all(spec, {d}, 64, 1e-5, 1e-5);
+      check_all(spec, {d}, 64, fixed_lane_tol(d), 1e-5);
     }
   }
 }
@@ -328,9 +329,10 @@ TEST(Method_rabitq, ErrorWithinThePapersBound) {
 }
 
 // Through the cache (GQA 8/2, residual windows, sinks, tokens compressed one by one as they leave
-// the window, prefill and decode): with float-query keys (two to four bits) and any values the
-// fused attention equals the plain reference to float rounding, as attention_test holds the other
-// methods (1e-4 of the output's norm). One-bit keys score against the 4-bit query, so there the
+// the window, prefill and decode): with keys at two to four bits, whose scores hold the query and
+// the levels in 16-bit fixed point (a relative score error of a few 1e-5 of |q| |k|, which moves
+// this test's outputs by about 5e-4 of their norm), the fused attention is within 2e-3 of the
+// plain reference; attention_test holds the float methods to 1e-4. One-bit keys score against the 4-bit query, so there the
 // two differ by design: that path is held to the reference by FusedEqualsReference and
 // ScoresAreExactForTheHeldQuery, and here only runs.
 double attention_error(const std::string& spec, int ubatch, int64_t ctx) {
@@ -369,7 +371,7 @@ TEST(Method_rabitq, AttentionThroughTheCache) {
        {"rabitq:bits=2", "rabitq:bits=3,residual=32,sink=2", "rabitq:bits=4,residual=7",
         "k=rabitq:bits=2,v=rabitq:bits=1,residual=16,sink=1"}) {
     for (int ubatch : {1, 50})
-      EXPECT_LT(attention_error(spec, ubatch, ubatch == 1 ? 140 : 300), 1e-4) << spec;
+      EXPECT_LT(attention_error(spec, ubatch, ubatch == 1 ? 140 : 300), 2e-3) << spec;
   }
   for (int ubatch : {1, 50}) {
     std::printf(

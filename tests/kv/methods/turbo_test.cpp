@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "src/core/fp16.h"
 #include "src/core/rng.h"
 #include "src/kv/calib/lloyd_max.h"
+#include "src/kv/methods/turbo/turbo_lane_kernels.h"
 #include "src/kv/methods/turbo/turbo_lanes.h"
 #include "src/kv/methods/turbo/turbo_sign_lanes.h"
 #include "tests/kv/codec_harness.h"
@@ -23,11 +25,13 @@ namespace vq::kv::testing {
 namespace {
 
 TEST(Method_turbo, FusedEqualsReference) {
-  for (const char* spec : {"turbo", "turbo:bits=1", "turbo:bits=2", "turbo:bits=4,seed=9", "k=turbo:bits=3,v=turbo:bits=2"}) {
-    check_all(spec, {64, 128, 256}, 64);
+  // Keys at 2 to 4 bits score in fixed point (fixed_lane_tol); one bit and the values in float.
+  check_all("turbo:bits=1", {64, 128, 256}, 64);
+  for (const char* spec : {"turbo", "turbo:bits=2", "turbo:bits=4,seed=9", "k=turbo:bits=3,v=turbo:bits=2"}) {
+    check_all(spec, {64, 128, 256}, 64, fixed_lane_tol(256), 1e-5);
   }
-  // Head dims that are not powers of two take the dense random rotation.
-  for (const char* spec : {"turbo", "turbo:bits=4,norm=inner"}) check_all(spec, {80, 96}, 64);
+  // Head dims that are not powers of two take the dense random rotation (80: keys in float).
+  for (const char* spec : {"turbo", "turbo:bits=4,norm=inner"}) check_all(spec, {80, 96}, 64, fixed_lane_tol(96), 1e-5);
 }
 
 // Blocks keep tokens in the vector lanes (turbo_lanes.h) when head_dim is a multiple of 32; the
@@ -35,7 +39,8 @@ TEST(Method_turbo, FusedEqualsReference) {
 // blocks its registers differently from AVX-512: every target this CPU runs.
 TEST(Method_turbo, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
-    for (const char* spec : {"turbo:bits=1", "turbo:bits=2", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64);
+    check_all("turbo:bits=1", {64}, 64);
+    for (const char* spec : {"turbo:bits=2", "turbo:bits=3", "turbo:bits=4"}) check_all(spec, {64}, 64, fixed_lane_tol(64), 1e-5);
     // 1 bit scores through per-nibble query tables up to head_dim 512, per channel above.
     check_all("turbo:bits=1", {1024}, 32);
   });
@@ -291,12 +296,12 @@ TEST(Method_turbo, OutlierSplitBitsCountMaskAndBothNorms) {
 // own, as llama.cpp's turbo types code a head of 256 in two blocks of 128.
 TEST(Method_turbo, PiecesFusedEqualsReference) {
   for (const char* spec : {"turbo:bits=3,channels=128,norm=length", "turbo:bits=2,channels=64,seed=5", "turbo:bits=4,channels=32"}) {
-    check_all(spec, {256}, 64);
+    check_all(spec, {256}, 64, fixed_lane_tol(256), 1e-5);
   }
   // One bit: keys score through nibble tables, values keep per-channel token planes.
   check_all("turbo:bits=1,channels=64", {128}, 64);
-  check_all("k=turbo:bits=3,channels=64,v=turbo:bits=2,norm=inner,channels=32", {128}, 64);
-  check_all("turbo:bits=3,channels=96", {192}, 48);  // pieces of 96 take the dense rotation
+  check_all("k=turbo:bits=3,channels=64,v=turbo:bits=2,norm=inner,channels=32", {128}, 64, fixed_lane_tol(128), 1e-5);
+  check_all("turbo:bits=3,channels=96", {192}, 48, fixed_lane_tol(192), 1e-5);  // pieces of 96 take the dense rotation
 }
 
 // One-bit key parts score through nibble tables; add_scores adds those scores too.
@@ -319,6 +324,86 @@ TEST(Method_turbo, LanePartAddsOneBitScores) {
     keys.add_scores(state.data(), keys.query_state_floats(), 5, mem.data(), keys.bytes(), i0, i1, added.data(),
                     size_t(i1 - i0));
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(added[i], -2.0f + out[i]) << "score " << i;
+  });
+  EXPECT_GE(tried, 2);
+}
+
+// Keys at 2 to 4 bits score in 16-bit fixed point (turbo_lane_kernels.h): the state holds the
+// query's pairs as documented, and every target's score is exactly the integer sum of each run of
+// 128 channels, converted to float and added in order, times the row's unit and the token's
+// scale: the same bits on every target. Head sizes with one run, a partial last run (160) and
+// several (288); five query rows (a pass of four and one alone) over a range inside blocks.
+TEST(Method_turbo, FixedPointScoresAreExactIntegerSums) {
+  const int tried = for_each_supported_target([] {
+    for (int d : {32, 64, 128, 160, 288}) {
+      for (int bits = 2; bits <= 4; ++bits) {
+        SCOPED_TRACE("d " + std::to_string(d) + ", bits " + std::to_string(bits));
+        Rng rng(uint64_t(d * 10 + bits));
+        std::vector<float> levels(size_t(1) << bits);
+        for (auto& x : levels) x = float(rng.normal());
+        const TurboLanePart keys(d, bits, levels, false);
+        ASSERT_EQ(keys.query_state_floats(), size_t(d / 2 + 1));
+        const int blocks = 3, n = blocks * 16, n_q = 5;
+        std::vector<uint8_t> mem(keys.bytes() * blocks), codes(size_t(n) * d);
+        std::vector<float> scale(static_cast<size_t>(n));
+        for (int t = 0; t < n; ++t) {
+          for (int c = 0; c < d; ++c) codes[size_t(t) * d + c] = uint8_t(rng.next_u64() % levels.size());
+          scale[size_t(t)] = f16_to_f32(f32_to_f16(float(0.5 + 0.01 * t)));
+          keys.put(codes.data() + size_t(t) * d, f32_to_f16(scale[size_t(t)]), t % 16,
+                   mem.data() + size_t(t / 16) * keys.bytes());
+        }
+        std::vector<float> q(size_t(n_q) * d), state(n_q * keys.query_state_floats());
+        for (auto& v : q) v = float(rng.normal());
+        q[3] = 40.0f;  // one loud channel in row 0
+        const size_t S = keys.query_state_floats();
+        for (int r = 0; r < n_q; ++r) keys.prepare_query(q.data() + size_t(r) * d, state.data() + size_t(r) * S);
+        float top_level = 0;
+        for (float l : levels) top_level = std::max(top_level, std::fabs(l));
+        const float level_unit = top_level / 4095.0f;
+        const int64_t i0 = 3, i1 = 45;
+        std::vector<float> out(size_t(n_q) * (i1 - i0));
+        keys.scores(state.data(), S, n_q, mem.data(), keys.bytes(), i0, i1, out.data(), size_t(i1 - i0));
+        for (int r = 0; r < n_q; ++r) {
+          const float* qr = q.data() + size_t(r) * d;
+          float top = 0;
+          for (int c = 0; c < d; ++c) top = std::max(top, std::fabs(qr[c]));
+          std::vector<int32_t> qi(static_cast<size_t>(d));
+          for (int c = 0; c < d; ++c) qi[size_t(c)] = int32_t(std::lrint(qr[c] * (4095.0f / top)));
+          const float* st = state.data() + size_t(r) * S;
+          for (int g = 0; g < d / 32; ++g) {
+            for (int p = 0; p < 16; ++p) {
+              uint32_t word;
+              std::memcpy(&word, st + g * 16 + p, 4);
+              ASSERT_EQ(int16_t(word & 0xFFFF), qi[size_t(g * 32 + turbo_lanes::pair_lo(bits, p))]) << "pair " << p;
+              ASSERT_EQ(int16_t(word >> 16), qi[size_t(g * 32 + turbo_lanes::pair_hi(bits, p))]) << "pair " << p;
+            }
+          }
+          const float unit = st[d / 2];
+          ASSERT_EQ(unit, top / 4095.0f * level_unit);
+          for (int64_t t = i0; t < i1; ++t) {
+            float sum = 0;
+            double exact = 0, bound = 0;
+            for (int c0 = 0; c0 < d; c0 += 128) {
+              int64_t run = 0;
+              for (int c = c0; c < std::min(d, c0 + 128); ++c) {
+                const int code = codes[size_t(t) * d + c];
+                run += int64_t(qi[size_t(c)]) * std::lrint(levels[size_t(code)] / level_unit);
+                exact += double(qr[c]) * levels[size_t(code)];
+                bound += (double(top) * std::fabs(levels[size_t(code)]) + std::fabs(qr[c]) * top_level) / 8190.0;
+              }
+              ASSERT_LT(std::llabs(run), int64_t(1) << 31);
+              sum += float(int32_t(run));
+            }
+            const float want = sum * unit * scale[size_t(t)];
+            const float got = out[size_t(r) * (i1 - i0) + size_t(t - i0)];
+            ASSERT_EQ(got, want) << "row " << r << ", token " << t;
+            // Against the float score: within half a unit of each operand, plus float rounding.
+            ASSERT_NEAR(got, exact * scale[size_t(t)], (bound * 1.001 + 1e-6 * std::fabs(exact)) * scale[size_t(t)])
+                << "row " << r << ", token " << t;
+          }
+        }
+      }
+    }
   });
   EXPECT_GE(tried, 2);
 }
@@ -394,7 +479,7 @@ TEST(Method_turbo, LanePartTailsOnEveryTarget) {
 
 TEST(Method_turbo, PiecesEveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
-    check_all("turbo:bits=3,channels=128,norm=length", {256}, 48);
+    check_all("turbo:bits=3,channels=128,norm=length", {256}, 48, fixed_lane_tol(256), 1e-5);
     check_all("turbo:bits=1,channels=32", {64}, 48);
   });
   EXPECT_GE(tried, 2);

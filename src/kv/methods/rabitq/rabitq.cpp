@@ -27,9 +27,11 @@
 //   <x_b, q_u> = sum_{j<4} 2^j popcount(x_b AND q_u^(j)),
 //   2 <y, q_bar> = delta (2 <x_b, q_u> - sum q_u) + v_l (2 popcount(x_b) - d)
 // (the paper's formula for <x_bar, q_bar> with x_bar = 2y/sqrt(d)), integer until the last line.
-// At two to four bits the rotated query stays in float and is dotted with the codes' levels, as
-// the papers' library scores its extended codes (float query times integer codes): a 4-bit query
-// would add more error than those codes leave.
+// At two to four bits the rotated query is dotted with the codes' levels, as the papers' library
+// scores its extended codes (query times integer codes), through TurboQuant's lane kernels: in
+// 16-bit fixed point where d is a multiple of 32 (the query within 1/8190 of its largest
+// magnitude; the grid's levels, multiples of 1/2, are exact there; turbo_lanes.h), in float
+// otherwise. A 4-bit query would add more error than those codes leave.
 //
 // Storage: the estimator and the decode use |o| and <o_bar, o> only through the factor
 // |o| / (|y| <o_bar, o>), so a token is that factor (fp16) and its codes (rabitq_layout.h):

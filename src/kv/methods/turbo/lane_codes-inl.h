@@ -100,6 +100,15 @@ HWY_INLINE void WithTailChannels(int k, Fn&& fn) {
   }
 }
 
+// Calls fn(std::integral_constant<int, 4>(), r) for the query rows r = 0, 4, ... in passes of
+// four, then fn(std::integral_constant<int, 1>(), r) for each row left: the kernels' row blocks.
+template <class Fn>
+HWY_INLINE void ForRowPasses(int n_q, Fn&& fn) {
+  int r = 0;
+  for (; r + 4 <= n_q; r += 4) fn(std::integral_constant<int, 4>(), r);
+  for (; r < n_q; ++r) fn(std::integral_constant<int, 1>(), r);
+}
+
 // Calls fn(std::integral_constant<int, bits>) for bits 1..4 (4 for anything else), so that each
 // kernel is instantiated once per bit width from one switch.
 template <class Fn>

@@ -29,6 +29,7 @@ using lane_codes::LoadLevels;
 using lane_codes::Lookup;
 using lane_codes::CodeBits;
 using lane_codes::LoadTailWords;
+using lane_codes::ForRowPasses;
 using lane_codes::WithBits;
 using lane_codes::WithTailChannels;
 using VF = hn::Vec<DF>;
@@ -132,15 +133,10 @@ void ScoreRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, int 
 template <int kBits, bool kAdd>
 void ScoresT(const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
              const float* table16, float* out, size_t out_stride) {
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    ScoreRows<kBits, 4, kAdd>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride,
-                              out_stride);
-  }
-  for (; r < n_q; ++r) {
-    ScoreRows<kBits, 1, kAdd>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16, out + size_t(r) * out_stride,
-                              out_stride);
-  }
+  ForRowPasses(n_q, [&](auto rows, int r) {
+    ScoreRows<kBits, rows(), kAdd>(q + size_t(r) * qs, qs, blocks, bb, d, i0, i1, table16,
+                                   out + size_t(r) * out_stride, out_stride);
+  });
 }
 
 void TurboLanesScores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
@@ -218,15 +214,10 @@ void TableScoreRows(const float* states, size_t qs, const uint8_t* blocks, size_
 template <bool kAdd>
 void TableScoresT(const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words, int64_t i0,
                   int64_t i1, float* out, size_t out_stride) {
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    TableScoreRows<4, kAdd>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                            out_stride);
-  }
-  for (; r < n_q; ++r) {
-    TableScoreRows<1, kAdd>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1, out + size_t(r) * out_stride,
-                            out_stride);
-  }
+  ForRowPasses(n_q, [&](auto rows, int r) {
+    TableScoreRows<rows(), kAdd>(states + size_t(r) * qs, qs, blocks, bb, n_words, i0, i1,
+                                 out + size_t(r) * out_stride, out_stride);
+  });
 }
 
 void TurboLanesTableScores(bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb,
@@ -352,15 +343,10 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
 template <int kBits>
 void AccumulateT(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
                  int64_t i1, const float* table16, float* acc, size_t acc_stride) {
-  int r = 0;
-  for (; r + 4 <= n_q; r += 4) {
-    AccumulateRows<kBits, 4>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
-                             acc + size_t(r) * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) {
-    AccumulateRows<kBits, 1>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
-                             acc + size_t(r) * acc_stride, acc_stride);
-  }
+  ForRowPasses(n_q, [&](auto rows, int r) {
+    AccumulateRows<kBits, rows()>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, table16,
+                                  acc + size_t(r) * acc_stride, acc_stride);
+  });
 }
 
 void TurboLanesAccumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,

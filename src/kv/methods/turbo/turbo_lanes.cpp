@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "src/core/fp16.h"
@@ -45,11 +47,21 @@ class LaneLayout {
 
 }  // namespace
 
-TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values)
+TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values, bool fixed_point)
     : d_(d), bits_(bits), signs_(values && sign_lanes::apply(d, bits)),
-      tables_(!values && bits == 1 && d <= kTurboLaneTableDim), levels_(std::move(levels)) {
+      tables_(!values && bits == 1 && d <= kTurboLaneTableDim),
+      fixed_(!values && fixed_point && turbo_lanes::fixed_scores_apply(d, bits)), levels_(std::move(levels)) {
   VQ_CHECK(turbo_lane_part_applies(d, bits), fmt::format("turbo lanes: no lane part of {} channels at {} bits", d, bits));
   for (int i = 0; i < 16; ++i) table16_[size_t(i)] = levels_[size_t(i) % levels_.size()];
+  if (fixed_) {
+    float top = 0.0f;
+    for (float l : levels_) top = std::max(top, std::fabs(l));
+    fixed_level_unit_ = top / float(turbo_lanes::kFixedLevel);
+    for (int i = 0; i < 32; ++i) {
+      const float l = levels_[size_t(i) % levels_.size()];
+      fixed_levels_[size_t(i)] = top > 0.0f ? int16_t(std::lrint(l / fixed_level_unit_)) : int16_t(0);
+    }
+  }
   if (signs_) sign_lanes::make_patterns(levels_[0], levels_[1], patterns_.data());
 }
 
@@ -77,13 +89,37 @@ void TurboLanePart::decode(const uint8_t* part, float* x) const {
   }
 }
 
-size_t TurboLanePart::query_state_floats() const { return size_t(d_) * (tables_ ? 4 : 1); }
+size_t TurboLanePart::query_state_floats() const {
+  return fixed_ ? size_t(d_) / 2 + 1 : size_t(d_) * (tables_ ? 4 : 1);
+}
 
 // At 1 bit (d up to kTurboLaneTableDim) the prepared query is its nibble tables: for nibble k
 // (channels c0 = 4k ..), entry i = sum over those channels j, in order, of q[c0 + j] * level(bit j
 // of i), each product and sum rounded in float as written. Otherwise the query itself, read a
-// channel at a time.
+// channel at a time. At 2 to 4 bits (fixed_) it is the query in fixed point: the pair words and
+// the row's unit of turbo_lane_kernels.h. A query with a value that is not finite gets zero words
+// and a NaN unit, so its scores are NaN, as the float kernel's would be.
 void TurboLanePart::prepare_query(const float* q, float* state) const {
+  if (fixed_) {
+    float top = 0.0f;
+    bool finite = true;
+    for (int c = 0; c < d_; ++c) {
+      finite = finite && std::isfinite(q[c]);
+      top = std::max(top, std::fabs(q[c]));
+    }
+    const float to_fixed = finite && top > 0.0f ? float(turbo_lanes::kFixedQuery) / top : 0.0f;
+    const auto fixed = [&](int c) { return uint32_t(uint16_t(int16_t(std::lrint(q[c] * to_fixed)))); };
+    for (int g = 0; g < d_ / kGroup; ++g) {
+      for (int p = 0; p < kGroup / 2; ++p) {
+        const uint32_t word = fixed(g * kGroup + turbo_lanes::pair_lo(bits_, p)) |
+                              fixed(g * kGroup + turbo_lanes::pair_hi(bits_, p)) << 16;
+        std::memcpy(state + size_t(g) * (kGroup / 2) + size_t(p), &word, 4);
+      }
+    }
+    state[d_ / 2] = finite ? top / float(turbo_lanes::kFixedQuery) * fixed_level_unit_
+                           : std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   if (!tables_) {
     std::copy_n(q, d_, state);
     return;
@@ -113,6 +149,11 @@ void TurboLanePart::score(bool add, const float* states, size_t state_stride, in
     turbo_lanes::table_scores(add, states, n_q, state_stride, blocks, stride, d_ / kGroup, i0, i1, out, out_stride);
     return;
   }
+  if (fixed_) {
+    turbo_lanes::fixed_scores(bits_, add, states, n_q, state_stride, blocks, stride, d_, i0, i1,
+                              fixed_levels_.data(), out, out_stride);
+    return;
+  }
   turbo_lanes::scores(bits_, add, states, n_q, state_stride, blocks, stride, d_, i0, i1, table16_.data(), out,
                       out_stride);
 }
@@ -133,8 +174,8 @@ namespace {
 template <typename Base>
 class TurboLaneBlockCodec : public Base {
  public:
-  TurboLaneBlockCodec(TurboRows rows, bool values)
-      : rows_(std::move(rows)), part_(rows_.head_dim(), rows_.bits(), rows_.table(), values) {}
+  TurboLaneBlockCodec(TurboRows rows, bool values, bool fixed_point)
+      : rows_(std::move(rows)), part_(rows_.head_dim(), rows_.bits(), rows_.table(), values, fixed_point) {}
   int head_dim() const override { return rows_.head_dim(); }
   int block_tokens() const override { return kSub; }
   size_t block_bytes() const override { return part_.bytes(); }
@@ -160,7 +201,8 @@ class TurboLaneBlockCodec : public Base {
 
 class TurboLaneKeyCodec final : public TurboLaneBlockCodec<KeyCodec> {
  public:
-  explicit TurboLaneKeyCodec(TurboRows rows) : TurboLaneBlockCodec<KeyCodec>(std::move(rows), false) {}
+  TurboLaneKeyCodec(TurboRows rows, bool fixed_point)
+      : TurboLaneBlockCodec<KeyCodec>(std::move(rows), false, fixed_point) {}
   size_t query_state_floats() const override { return part().query_state_floats(); }
   void prepare_query(const float* q, float* state, Workspace&) const override { part().prepare_query(q, state); }
   void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
@@ -171,7 +213,7 @@ class TurboLaneKeyCodec final : public TurboLaneBlockCodec<KeyCodec> {
 
 class TurboLaneValueCodec final : public TurboLaneBlockCodec<ValueCodec> {
  public:
-  explicit TurboLaneValueCodec(TurboRows rows) : TurboLaneBlockCodec<ValueCodec>(std::move(rows), true) {}
+  explicit TurboLaneValueCodec(TurboRows rows) : TurboLaneBlockCodec<ValueCodec>(std::move(rows), true, false) {}
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc, Workspace&) const override {
@@ -190,9 +232,9 @@ bool turbo_lane_part_applies(int d, int bits) {
   return turbo_lanes_apply(d, bits) || (bits >= 2 && bits <= 4 && d > 0 && d <= 4096);
 }
 
-std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows) {
+std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows, bool fixed_point) {
   if (turbo_lanes_apply(rows.head_dim(), rows.bits())) {
-    return std::make_unique<TurboLaneKeyCodec>(std::move(rows));
+    return std::make_unique<TurboLaneKeyCodec>(std::move(rows), fixed_point);
   }
   return std::make_unique<TurboKeyCodec>(std::move(rows));
 }

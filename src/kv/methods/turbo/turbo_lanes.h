@@ -12,7 +12,11 @@
 // which ignores the bits of the next channels above the code.
 //
 //   scores:     q . x_hat = scale_t * sum_c q'_c level(code_tc); tokens in lanes, no horizontal
-//               sums; the query (already rotated by the wrapper) is read chunk-major. At 1 bit
+//               sums. At 2 to 4 bits (head_dim a multiple of 32) the prepared query and the
+//               levels are 16-bit fixed point and two channels are one multiply-add of 16-bit
+//               pairs (turbo_fixed_kernels.cpp; a deviation from float scores within 1/8190 of
+//               each operand's largest magnitude, turbo_lane_kernels.h). Otherwise the query
+//               (already rotated by the wrapper) is read chunk-major in float. At 1 bit
 //               (head_dim <= 512) the prepared query is instead a table per nibble of 4 channels
 //               (the 16 partial sums sum_j q'_c0+j level(bit j)), and a token costs one register
 //               lookup and one add per 4 channels.
@@ -43,7 +47,10 @@ namespace vq::kv {
 class TurboLanePart {
  public:
   // levels: the 2^bits levels a code stands for before the token's scale; values: the value layout.
-  TurboLanePart(int d, int bits, std::vector<float> levels, bool values);
+  // fixed_point: keys at 2 to 4 bits score in fixed point (turbo_fixed_kernels.cpp); a codec that
+  // prepares its queries for only a few tokens each (the outlier split, per group) keeps float,
+  // whose preparation is a copy. Values always sum in float.
+  TurboLanePart(int d, int bits, std::vector<float> levels, bool values, bool fixed_point = true);
   int d() const { return d_; }
   size_t bytes() const;
   // Token t's codes and fp16 scale (the other tokens' bytes are kept).
@@ -70,9 +77,11 @@ class TurboLanePart {
   void score(bool add, const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
              int64_t i0, int64_t i1, float* out, size_t out_stride) const;
   int d_, bits_;
-  bool signs_, tables_;
+  bool signs_, tables_, fixed_;
   std::vector<float> levels_;
   alignas(64) std::array<float, 16> table16_;
+  alignas(64) std::array<int16_t, 32> fixed_levels_{};  // the levels in fixed point (fixed_)
+  float fixed_level_unit_ = 0.0f;                        // what one unit of fixed_levels_ stands for
   alignas(64) std::array<float, 64> patterns_{};
 };
 
@@ -84,7 +93,7 @@ bool turbo_lane_part_applies(int d, int bits);
 inline constexpr int kTurboLaneTableDim = 512;
 // The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token
 // planes of turbo_sign_lanes.h instead), the row codecs otherwise.
-std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows);
+std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows, bool fixed_point = true);
 std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
 
 }  // namespace vq::kv

@@ -331,8 +331,10 @@ double turbo_split_bits(const TurboSplitShape& s) {
 
 std::unique_ptr<KeyCodec> turbo_split_keys(const TurboSplitShape& s, uint64_t seed) {
   check_turbo_split(s);
-  return std::make_unique<TurboSplitKeyCodec>(s, seed, make_turbo_key_codec(sphere_rows(s.outliers, s.bits + 1, s.norm)),
-                                              make_turbo_key_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm)));
+  // The parts' queries are prepared per group of tokens: float scores (no fixed-point conversion).
+  return std::make_unique<TurboSplitKeyCodec>(s, seed,
+                                              make_turbo_key_codec(sphere_rows(s.outliers, s.bits + 1, s.norm), false),
+                                              make_turbo_key_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm), false));
 }
 std::unique_ptr<ValueCodec> turbo_split_values(const TurboSplitShape& s, uint64_t seed) {
   check_turbo_split(s);
