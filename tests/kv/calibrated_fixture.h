@@ -43,13 +43,13 @@ inline Calibrated calibrated_on_synthetic(const std::string& spec, int d, int n_
 // formula, and one-token encoding matches whole blocks. Seeds start at seed_base.
 inline void check_calibrated_codec(const std::string& spec, const std::vector<int>& dims, uint64_t seed_base,
                                    int calib_tokens = 1024, const ScoreSlack& score_slack = nullptr,
-                                   double rel_tol = 1e-5) {
+                                   double rel_tol = 1e-5, double acc_rel_tol = -1) {
   for (int d : dims) {
     SCOPED_TRACE(spec + " at head_dim " + std::to_string(d));
     const Calibrated c = calibrated_on_synthetic(spec, d, calib_tokens);
     for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
       check_fused_equals_reference(c.method, c.ctx(), kind, seed_base + uint64_t(d) + uint64_t(kind), 80, 5,
-                                   rel_tol, 1e-5, score_slack);
+                                   rel_tol, acc_rel_tol, score_slack);
     }
     check_block_bytes_match_formula(c.method, c.ctx());
     check_single_token_encode(c.method, c.ctx());

@@ -80,8 +80,11 @@ inline double fixed_point_tol(int d) { return std::sqrt(double(d)) / 65024.0 + 1
 // query's share is at most sqrt(d) / 8190 of |q| |k| (Cauchy-Schwarz), the levels' at most
 // max|level| / min|level| / 8190 of it (each coordinate of k is at least the smallest level
 // times the token's scale). 22 bounds that ratio for the tables used at up to 4 bits (Lloyd-Max
-// for a Gaussian at 4 bits: 2.73 / 0.128; RaBitQ's grid: 2^bits - 1). The kernels themselves
-// are held exactly by Method_turbo.FixedPointScoresAreExactIntegerSums.
+// for a Gaussian at 4 bits: 2.73 / 0.128; RaBitQ's grid: 2^bits - 1). Their sums hold the weights
+// (times the scales) within half a unit of at most max(1/524159 of a run's sum of |w|, 1/32767 of
+// its largest), far inside the same bound for the tests' weights on tokens of similar norm. The
+// kernels themselves are held exactly by Method_turbo.FixedPointScoresAreExactIntegerSums and
+// Method_turbo.FixedPointSumsAreExactIntegerSums.
 inline double fixed_lane_tol(int d) { return (std::sqrt(double(d)) + 22.0) / 8190.0 + 1e-5; }
 
 // Fused scores and accumulation against decode-then-dot, on a run of about `tokens` tokens,

@@ -1,5 +1,7 @@
-// TurboQuant's lane scores at 2 to 4 bits in 16-bit fixed point, compiled per SIMD target (the
-// layout is turbo_lanes.h's; the query state and the bounds are in turbo_lane_kernels.h).
+// TurboQuant's lane scores and sums at 2 to 4 bits in 16-bit fixed point, compiled per SIMD
+// target (the layout is turbo_lanes.h's; the operands' units and bounds are in
+// turbo_lane_kernels.h). Scores pair two channels of a token in a lane, sums two tokens of a
+// channel (docs/cache.md, "TurboQuant layout").
 //
 // A pair of channels (turbo_lanes::pair_lo, pair_hi) is one 32-bit lane per token: the two
 // channels' levels as 16-bit integers, low and high half. One multiply-add of 16-bit pairs
@@ -19,15 +21,19 @@
 #define HWY_TARGET_INCLUDE "src/kv/methods/turbo/turbo_fixed_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "hwy/highway.h"
+#include "src/kv/kernels/byte_dot-inl.h"
 #include "src/kv/kernels/fused_kernels-inl.h"
 #include "src/kv/methods/turbo/lane_codes-inl.h"
 #include "src/kv/methods/turbo/turbo_lane_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
+#include "src/kv/kernels/byte_dot_target.h"  // IWYU pragma: keep (RoundToInt's target options)
 namespace vq::kv {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -93,6 +99,64 @@ HWY_INLINE VI DotPair(VI acc, VI v, const AliasedI32* word) {
   return VI{_mm512_add_epi32(acc.raw, _mm512_madd_epi16(v.raw, _mm512_set1_epi32(*word)))};
 #endif
 }
+
+// ---- values: a lane holds one channel of tokens t and t + 8 (two blocks a vector) ----------
+
+constexpr int kPairBlocks = 2;  // blocks a step: lanes 0-7 pair block a's tokens, 8-15 block b's
+
+// The 16-bit words of two vectors of 32-bit lanes (one per token of blocks a and b) that lane L
+// takes: the low halves of tokens L and L + 8 of a (L < 8), of b (L >= 8).
+HWY_INLINE __m512i TokenPairs(__m512i a, __m512i b) {
+  const __m512i order = _mm512_set_epi16(62, 46, 60, 44, 58, 42, 56, 40, 54, 38, 52, 36, 50, 34, 48, 32,  //
+                                         30, 14, 28, 12, 26, 10, 24, 8, 22, 6, 20, 4, 18, 2, 16, 0);
+  return _mm512_permutex2var_epi16(a, order, b);
+}
+
+// Channel k's levels of the step's token pairs (the bits above each code are ignored).
+template <int kBits, int k>
+HWY_INLINE VI StepLevels(const FixedLevels& L, const VU* a, const VU* b) {
+  return VI{_mm512_permutexvar_epi16(TokenPairs(CodeBits<kBits, k>(a).raw, CodeBits<kBits, k>(b).raw), L.t)};
+}
+
+// The levels of channels k0 .. k0 + n - 1 of the step's token pairs. At 2 and 4 bits the n
+// channels lie in one 16-bit half of a word (n = 4: 8 or 16 bits): that half is paired once and
+// each channel is one 16-bit shift and one lookup; at 3 bits each channel is paired on its own.
+template <int kBits, int k0, int n>
+HWY_INLINE void StepLevelsN(const FixedLevels& L, const VU* a, const VU* b, VI* v) {
+  if constexpr (kBits == 3) {
+    [&]<size_t... K>(std::index_sequence<K...>) {
+      ((v[K] = StepLevels<kBits, k0 + int(K)>(L, a, b)), ...);
+    }(std::make_index_sequence<n>());
+  } else {
+    constexpr int o = kBits * k0, m = o / 32, half = (o % 32) / 16;
+    static_assert((o % 16) + kBits * n <= 16, "the channels share one half of a word");
+    const __m512i pa = half ? _mm512_srli_epi32(a[m].raw, 16) : a[m].raw;
+    const __m512i pb = half ? _mm512_srli_epi32(b[m].raw, 16) : b[m].raw;
+    const __m512i pairs = TokenPairs(pa, pb);
+    [&]<size_t... K>(std::index_sequence<K...>) {
+      ((v[K] = VI{_mm512_permutexvar_epi16(
+            (o % 16) + kBits * int(K) == 0 ? pairs : _mm512_srli_epi16(pairs, (o % 16) + kBits * int(K)), L.t)}),
+       ...);
+    }(std::make_index_sequence<n>());
+  }
+}
+
+// The step's weights (two blocks of 16 fixed-point weights as 32-bit lanes) as token pairs.
+HWY_INLINE VI StepWeights(const int32_t* fa, const int32_t* fb) {
+  return VI{TokenPairs(_mm512_loadu_si512(fa), _mm512_loadu_si512(fb))};
+}
+
+// acc + lo * w.lo + hi * w.hi per lane, w 16 pairs in memory (64-byte aligned).
+HWY_INLINE VI DotPairs(VI acc, VI v, const int32_t* w) {
+#if HWY_TARGET == HWY_AVX3_DL
+  __m512i r = acc.raw;
+  __asm__("vpdpwssd %[s], %[u], %[r]" : [r] "+v"(r) : [u] "v"(v.raw), [s] "m"(*reinterpret_cast<const __m512i*>(w)));
+  return VI{r};
+#else
+  return VI{_mm512_add_epi32(acc.raw, _mm512_madd_epi16(v.raw, _mm512_load_si512(w)))};
+#endif
+}
+
 #elif HWY_TARGET == HWY_AVX2
 struct FixedLevels {
   __m256i lo, hi;  // level(i) as int32 for i = 0 .. 7 and 8 .. 15
@@ -126,6 +190,28 @@ HWY_INLINE VI PairLevels(const FixedLevels& L, const VU* w) {
 HWY_INLINE VI DotPair(VI acc, VI v, const AliasedI32* word) {
   return VI{_mm256_add_epi32(acc.raw, _mm256_madd_epi16(v.raw, _mm256_set1_epi32(*word)))};
 }
+
+// ---- values: a lane holds one channel of tokens t and t + 8 of one block ------------------
+
+constexpr int kPairBlocks = 1;
+
+template <int kBits, int k>
+HWY_INLINE VI StepLevels(const FixedLevels& L, const VU* a, const VU* b) {
+  const __m256i lo = LookupInt<kBits>(L, CodeBits<kBits, k>(a).raw);
+  const __m256i hi = LookupInt<kBits>(L, CodeBits<kBits, k>(b).raw);
+  return VI{_mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA)};
+}
+
+HWY_INLINE VI StepWeights(const int32_t* fa, const int32_t* fb) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(fa));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(fb));
+  return VI{_mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA)};
+}
+
+HWY_INLINE VI DotPairs(VI acc, VI v, const int32_t* w) {
+  return VI{_mm256_add_epi32(acc.raw, _mm256_madd_epi16(v.raw, _mm256_load_si256(reinterpret_cast<const __m256i*>(w))))};
+}
+
 #else
 struct FixedLevels {
   int32_t t[16];  // level(i) as int32
@@ -151,6 +237,41 @@ HWY_INLINE VI DotPair(VI acc, VI v, const AliasedI32* word) {
   const VI lo = hn::ShiftRight<16>(hn::ShiftLeft<16>(v)), hi = hn::ShiftRight<16>(v);
   const VI p = hn::Add(hn::Mul(lo, hn::Set(di, int32_t(int16_t(q & 0xFFFF)))), hn::Mul(hi, hn::Set(di, q >> 16)));
   return hn::Add(acc, p);
+}
+
+// ---- values: a lane holds one channel of tokens t and t + 8 of one block ------------------
+
+constexpr int kPairBlocks = 1;
+
+template <int kBits, int k>
+HWY_INLINE VI StepLevels(const FixedLevels& L, const VU* a, const VU* b) {
+  const DI di;
+  const VU mask = hn::Set(DU(), (1u << kBits) - 1);
+  const VI lo = hn::GatherIndex(di, L.t, hn::BitCast(di, hn::And(CodeBits<kBits, k>(a), mask)));
+  const VI hi = hn::GatherIndex(di, L.t, hn::BitCast(di, hn::And(CodeBits<kBits, k>(b), mask)));
+  return hn::Or(hn::And(lo, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hi));
+}
+
+HWY_INLINE VI StepWeights(const int32_t* fa, const int32_t* fb) {
+  const DI di;
+  return hn::Or(hn::And(hn::LoadU(di, fa), hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(hn::LoadU(di, fb)));
+}
+
+HWY_INLINE VI DotPairs(VI acc, VI v, const int32_t* wp) {
+  const VI w = hn::Load(DI(), wp);
+  const VI lo = hn::ShiftRight<16>(hn::ShiftLeft<16>(v)), hi = hn::ShiftRight<16>(v);
+  const VI wlo = hn::ShiftRight<16>(hn::ShiftLeft<16>(w)), whi = hn::ShiftRight<16>(w);
+  return hn::Add(acc, hn::Add(hn::Mul(lo, wlo), hn::Mul(hi, whi)));
+}
+#endif
+
+#if !(HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
+// The levels of channels k0 .. k0 + n - 1 of the step's token pairs, each paired on its own.
+template <int kBits, int k0, int n>
+HWY_INLINE void StepLevelsN(const FixedLevels& L, const VU* a, const VU* b, VI* v) {
+  [&]<size_t... K>(std::index_sequence<K...>) {
+    ((v[K] = StepLevels<kBits, k0 + int(K)>(L, a, b)), ...);
+  }(std::make_index_sequence<n>());
 }
 #endif
 
@@ -233,6 +354,239 @@ void ScoresT(const float* states, int n_q, size_t qs, const uint8_t* blocks, siz
   });
 }
 
+// ---- values ---------------------------------------------------------------------------------
+
+constexpr int kBatch = 16;  // blocks a run: 256 tokens, turbo_lanes::kFixedWeightRun
+static_assert(kBatch * kSub == turbo_lanes::kFixedWeightRun, "the weights' bound is per run");
+constexpr int kQuad = kParts == 1 ? 4 : 2;  // channels a pass: kRows x kQuad accumulators in registers
+// A step takes kPairBlocks blocks and gives kStepVecs vectors of token pairs per channel.
+constexpr int kStepVecs = kParts == 1 ? 1 : kParts / 2;
+constexpr int kStepLanes = kStepVecs * kLanes;  // pairs a step and row: 16 (two blocks) or 8
+
+// The lane sums of a, b, c, e into out[0..3]. Exact: the integers cannot overflow (the bound of
+// turbo_lane_kernels.h covers every partial sum), so the order does not matter.
+HWY_INLINE void IntLaneSums4(VI a, VI b, VI c, VI e, int32_t* out) {
+  const DI di;
+#if HWY_TARGET == HWY_SCALAR
+  out[0] = hn::GetLane(a);
+  out[1] = hn::GetLane(b);
+  out[2] = hn::GetLane(c);
+  out[3] = hn::GetLane(e);
+  (void)di;
+#else
+  const hn::Repartition<int64_t, DI> dq;
+  const VI ab = hn::Add(hn::InterleaveLower(di, a, b), hn::InterleaveUpper(di, a, b));
+  const VI ce = hn::Add(hn::InterleaveLower(di, c, e), hn::InterleaveUpper(di, c, e));
+  const VI sum = hn::Add(hn::BitCast(di, hn::InterleaveLower(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))),
+                         hn::BitCast(di, hn::InterleaveUpper(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))));
+  alignas(64) int32_t buf[hn::MaxLanes(di)];
+  hn::Store(sum, di, buf);
+  for (int k = 0; k < 4; ++k) {
+    int32_t t = buf[k];
+    for (int blk = 4; blk < kLanes; blk += 4) t += buf[blk + k];
+    out[k] = t;
+  }
+#endif
+}
+
+// acc rows (channels kQuad h .. of the group accg starts) += wunit_r * the run's integer sums of
+// the steps' weight pairs WP[step][r] against the same channel's levels of the step's tokens.
+template <int kBits, int kRows, int h>
+HWY_INLINE void AccumulateQuadRun(const FixedLevels& L, const uint8_t* HWY_RESTRICT words0, size_t wstride, int nb,
+                                  int g, const int32_t* HWY_RESTRICT WP, const float* wunit, const float* wunit4,
+                                  float* HWY_RESTRICT accg, size_t acc_stride, const uint8_t* next, size_t share,
+                                  size_t next_bytes) {
+  // This pass's share of the next run's bytes, as the float kernel asks for them.
+  const size_t p0 = size_t(g * (kGroup / kQuad) + h) * share;
+  if (p0 < next_bytes) PrefetchBytes(next + p0, std::min(share, next_bytes - p0));
+  const DI di;
+  const DU du;
+  VI A[kRows][kQuad];
+  for (int r = 0; r < kRows; ++r) {
+    for (int kk = 0; kk < kQuad; ++kk) A[r][kk] = hn::Zero(di);
+  }
+  const auto step = [&](const VU* a, const VU* b, const int32_t* wp) {
+    VI v[kQuad];
+    StepLevelsN<kBits, kQuad * h, kQuad>(L, a, b, v);
+    for (int kk = 0; kk < kQuad; ++kk) {
+      for (int r = 0; r < kRows; ++r) A[r][kk] = DotPairs(A[r][kk], v[kk], wp + r * kStepLanes);
+    }
+  };
+  for (int bi = 0, st = 0; bi < nb; bi += kPairBlocks, ++st) {
+    VU a[kBits], b[kBits];  // the words these channels do not touch are never loaded (dead loads)
+    const uint32_t* wa = reinterpret_cast<const uint32_t*>(words0 + size_t(bi) * wstride);
+    if constexpr (kPairBlocks == 2) {
+      // An odd last block pairs with itself; its pair's weights are zero.
+      const uint32_t* wb = reinterpret_cast<const uint32_t*>(words0 + size_t(std::min(bi + 1, nb - 1)) * wstride);
+      for (int m = 0; m < kBits; ++m) {
+        a[m] = hn::LoadU(du, wa + m * kSub);
+        b[m] = hn::LoadU(du, wb + m * kSub);
+      }
+      step(a, b, WP + size_t(st) * kRows * kStepLanes);
+    } else {
+      for (int q = 0; q < kStepVecs; ++q) {
+        for (int m = 0; m < kBits; ++m) {
+          a[m] = hn::LoadU(du, wa + m * kSub + q * kLanes);
+          b[m] = hn::LoadU(du, wa + m * kSub + (q + kParts / 2) * kLanes);
+        }
+        step(a, b, WP + size_t(st) * kRows * kStepLanes + q * kLanes);
+      }
+    }
+  }
+  (void)wunit4;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kRows == 4 && kQuad == 4) {
+    // One interleave tree for the 16 sums (AddLaneSums' for floats, here exact in integers): block
+    // r of `sums` holds row r's four channels; wunit4 holds each row's unit in its block.
+    const DF df;
+    const hn::Repartition<int64_t, DI> dq;
+    VI x[4];
+    for (int r = 0; r < 4; ++r) {
+      const VI ab = hn::Add(hn::InterleaveLower(di, A[r][0], A[r][1]), hn::InterleaveUpper(di, A[r][0], A[r][1]));
+      const VI ce = hn::Add(hn::InterleaveLower(di, A[r][2], A[r][3]), hn::InterleaveUpper(di, A[r][2], A[r][3]));
+      x[r] = hn::Add(hn::BitCast(di, hn::InterleaveLower(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))),
+                     hn::BitCast(di, hn::InterleaveUpper(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))));
+    }
+    const VI z01 = hn::Add(hn::ConcatLowerLower(di, x[1], x[0]), hn::ConcatUpperUpper(di, x[1], x[0]));
+    const VI z23 = hn::Add(hn::ConcatLowerLower(di, x[3], x[2]), hn::ConcatUpperUpper(di, x[3], x[2]));
+    const VI sums = hn::Add(VI{_mm512_shuffle_i32x4(z01.raw, z23.raw, 0x88)}, VI{_mm512_shuffle_i32x4(z01.raw, z23.raw, 0xDD)});
+    alignas(64) float blocks[16];
+    hn::Store(hn::Mul(hn::ConvertTo(df, sums), hn::Load(df, wunit4)), df, blocks);
+    const hn::CappedTag<float, 4> d4;
+    for (int r = 0; r < 4; ++r) {
+      float* o = accg + size_t(r) * acc_stride + size_t(kQuad * h);
+      hn::StoreU(hn::Add(hn::LoadU(d4, o), hn::Load(d4, blocks + 4 * r)), d4, o);
+    }
+    return;
+  }
+#endif
+  for (int r = 0; r < kRows; ++r) {
+    alignas(16) int32_t sums[4];
+    if constexpr (kQuad == 4) {
+      IntLaneSums4(A[r][0], A[r][1], A[r][2], A[r][3], sums);
+    } else {
+      for (int kk = 0; kk < kQuad; ++kk) sums[kk] = hn::GetLane(hn::SumOfLanes(di, A[r][kk]));
+    }
+    for (int kk = 0; kk < kQuad; ++kk) accg[size_t(r) * acc_stride + size_t(kQuad * h + kk)] += float(sums[kk]) * wunit[r];
+  }
+}
+
+template <int kBits, int kRows, size_t... H>
+HWY_INLINE void AccumulateGroup(const FixedLevels& L, const uint8_t* words0, size_t wstride, int nb, int g,
+                                const int32_t* WP, const float* wunit, const float* wunit4, float* accg,
+                                size_t acc_stride, const uint8_t* next, size_t share, size_t next_bytes,
+                                std::index_sequence<H...>) {
+  (AccumulateQuadRun<kBits, kRows, int(H)>(L, words0, wstride, nb, g, WP, wunit, wunit4, accg, acc_stride, next,
+                                           share, next_bytes),
+   ...);
+}
+
+// The run's weights W[bi][r][t] (w times the token's scale) in fixed point, as token pairs
+// WP[step][r][pair] for the steps of AccumulateQuadRun. A row's unit wu is the larger of its
+// largest |W| / kFixedWeight and an upper bound of its sum of |W| / kFixedWeightSum: that bound
+// is an integer sum (of ceil(|W| 2^20 / max) + 1), the same on every target. wunit[r] is wu times
+// the levels' unit, NaN where a weight is not finite (the sums are then NaN, as in float).
+template <int kRows>
+HWY_INLINE void FixedWeights(const float* HWY_RESTRICT W, int nb, float level_unit, int32_t* HWY_RESTRICT F,
+                             int32_t* HWY_RESTRICT WP, float* wunit) {
+  const DF df;
+  const DI di;
+  for (int r = 0; r < kRows; ++r) {
+    const auto at = [&](int bi, int p) { return W + (size_t(bi) * kRows + r) * kSub + p * kLanes; };
+    VF top_v = hn::Zero(df), all = hn::Zero(df);
+    for (int bi = 0; bi < nb; ++bi) {
+      for (int p = 0; p < kParts; ++p) {
+        const VF v = hn::LoadU(df, at(bi, p));
+        top_v = hn::Max(top_v, hn::Abs(v));
+        all = hn::Add(all, v);
+      }
+    }
+    const float top = hn::GetLane(hn::MaxOfLanes(df, top_v));
+    if (!std::isfinite(hn::GetLane(hn::SumOfLanes(df, all))) || !std::isfinite(top) || top == 0.0f) {
+      wunit[r] = top == 0.0f ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      for (int bi = 0; bi < kBatch; ++bi) std::fill_n(F + (size_t(bi) * kRows + r) * kSub, kSub, 0);
+      continue;
+    }
+    const VF to_count = hn::Set(df, 1048576.0f / top);
+    VI count = hn::Zero(di);
+    for (int bi = 0; bi < nb; ++bi) {
+      for (int p = 0; p < kParts; ++p) {
+        const VF x = hn::Ceil(hn::Mul(hn::Abs(hn::LoadU(df, at(bi, p))), to_count));
+        count = hn::Add(count, hn::Add(hn::ConvertTo(di, x), hn::Set(di, 1)));
+      }
+    }
+    const float upper = float(hn::GetLane(hn::SumOfLanes(di, count))) * (top / 1048576.0f);
+    const float wu = std::max(top / float(turbo_lanes::kFixedWeight), upper / float(turbo_lanes::kFixedWeightSum));
+    const VF to_fixed = hn::Set(df, 1.0f / wu);
+    for (int bi = 0; bi < kBatch; ++bi) {
+      for (int p = 0; p < kParts; ++p) {
+        int32_t* f = F + (size_t(bi) * kRows + r) * kSub + p * kLanes;
+        if (bi < nb) {
+          hn::StoreU(RoundToInt(hn::Mul(hn::LoadU(df, at(bi, p)), to_fixed)), di, f);
+        } else {
+          hn::StoreU(hn::Zero(di), di, f);
+        }
+      }
+    }
+    wunit[r] = wu * level_unit;
+  }
+  for (int bi = 0, st = 0; bi < nb; bi += kPairBlocks, ++st) {
+    for (int r = 0; r < kRows; ++r) {
+      int32_t* wp = WP + (size_t(st) * kRows + r) * kStepLanes;
+      const int32_t* f = F + (size_t(bi) * kRows + r) * kSub;
+      if constexpr (kPairBlocks == 2) {
+        hn::Store(StepWeights(f, F + (size_t(bi + 1) * kRows + r) * kSub), di, wp);  // zero past nb
+      } else {
+        for (int q = 0; q < kStepVecs; ++q) {
+          hn::Store(StepWeights(f + q * kLanes, f + (q + kParts / 2) * kLanes), di, wp + q * kLanes);
+        }
+      }
+    }
+  }
+}
+
+template <int kBits, int kRows>
+void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int d, int64_t i0, int64_t i1,
+                    const FixedLevels& L, float level_unit, float* acc, size_t acc_stride) {
+  const int n_groups = d / kGroup;
+  const int passes = n_groups * (kGroup / kQuad);
+  alignas(64) float W[kBatch * kRows * kSub];
+  alignas(64) int32_t F[(kBatch + 1) * kRows * kSub];  // one block of zeros past the run for an odd pair
+  alignas(64) int32_t WP[kBatch * kRows * kSub / 2 + kRows * kStepLanes];
+  float wunit[kRows];
+  const int64_t end_block = (i1 + kSub - 1) / kSub;
+  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
+    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
+    const uint8_t* run = blocks + size_t(b0) * bb;
+    const size_t next_bytes = size_t(nb) * bb;
+    const size_t share = (next_bytes + size_t(passes) - 1) / size_t(passes);
+    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
+    for (int bi = 0; bi < nb; ++bi) {
+      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
+                                     W + size_t(bi) * kRows * kSub);
+    }
+    std::fill_n(F + size_t(kBatch) * kRows * kSub, size_t(kRows) * kSub, 0);
+    FixedWeights<kRows>(W, nb, level_unit, F, WP, wunit);
+    alignas(64) float wunit4[16];  // row r's unit in elements 4r .. 4r + 3 (AVX-512's four rows)
+    for (int e = 0; e < 16; ++e) wunit4[e] = wunit[std::min(e / 4, kRows - 1)];
+    for (int g = 0; g < n_groups; ++g) {
+      AccumulateGroup<kBits, kRows>(L, run + kScaleBytes + size_t(g) * kBits * kSub * 4, bb, nb, g, WP, wunit, wunit4,
+                                    acc + size_t(g) * kGroup, acc_stride, run + next_bytes, share, next_bytes,
+                                    std::make_index_sequence<kGroup / kQuad>());
+    }
+  }
+}
+
+template <int kBits>
+void AccumulateT(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d, int64_t i0,
+                 int64_t i1, const int16_t* levels32, float level_unit, float* acc, size_t acc_stride) {
+  const FixedLevels L = LoadFixedLevels(levels32);
+  ForRowPasses(n_q, [&](auto rows, int r) {
+    AccumulateRows<kBits, rows()>(w + size_t(r) * w_stride, w_stride, blocks, bb, d, i0, i1, L, level_unit,
+                                  acc + size_t(r) * acc_stride, acc_stride);
+  });
+}
+
 }  // namespace fixed_lanes
 
 // Calls fn(std::integral_constant<int, bits>) for bits 2..4.
@@ -259,6 +613,15 @@ void TurboLanesFixedScores(int bits, bool add, const float* states, int n_q, siz
   WithFixedBits(bits, run);
 }
 
+void TurboLanesFixedAccumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb,
+                               int d, int64_t i0, int64_t i1, const int16_t* levels32, float level_unit, float* acc,
+                               size_t acc_stride) {
+  if (i1 <= i0) return;
+  WithFixedBits(bits, [&](auto b) {
+    fixed_lanes::AccumulateT<b()>(w, w_stride, n_q, blocks, bb, d, i0, i1, levels32, level_unit, acc, acc_stride);
+  });
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv
 HWY_AFTER_NAMESPACE();
@@ -266,11 +629,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace vq::kv::turbo_lanes {
 HWY_EXPORT(TurboLanesFixedScores);
+HWY_EXPORT(TurboLanesFixedAccumulate);
 
 void fixed_scores(int bits, bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
                   int64_t i0, int64_t i1, const int16_t* levels32, float* out, size_t out_stride) {
   HWY_DYNAMIC_DISPATCH(TurboLanesFixedScores)(bits, add, states, n_q, qs, blocks, bb, d, i0, i1, levels32, out,
                                                out_stride);
+}
+
+void fixed_accumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
+                      int64_t i0, int64_t i1, const int16_t* levels32, float level_unit, float* acc,
+                      size_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(TurboLanesFixedAccumulate)(bits, w, w_stride, n_q, blocks, bb, d, i0, i1, levels32, level_unit,
+                                                   acc, acc_stride);
 }
 
 }  // namespace vq::kv::turbo_lanes

@@ -37,9 +37,22 @@ constexpr int pair_lo(int bits, int p) {
 }
 constexpr int pair_hi(int bits, int p) { return bits == 3 ? p + 16 : pair_lo(bits, p) + 16 / bits; }
 inline bool fixed_scores_apply(int d, int bits) { return bits >= 2 && bits <= 4 && d % 32 == 0; }
+// Values at 2 to 4 bits (d a multiple of 32) sum in fixed point too: per run of kFixedWeightRun
+// tokens a query row's weights (times the tokens' scales) take a unit that keeps each within
+// kFixedWeight and the sum of their magnitudes within kFixedWeightSum units (plus half a unit of
+// rounding per token), so that a channel's sum over the run, and every partial sum, is exact in
+// 32-bit integers; the runs are added in float.
+inline constexpr int kFixedWeight = 32767;
+inline constexpr int kFixedWeightRun = 256;
+inline constexpr int kFixedWeightSum = int(((int64_t(1) << 31) - 1) / kFixedLevel) - kFixedWeightRun;
+static_assert((int64_t(kFixedWeightSum) + kFixedWeightRun / 2) * kFixedLevel < (int64_t(1) << 31),
+              "a run's sum must be exact in 32 bits");
 // The scores of scores() from fixed-point states; levels32: the fixed levels, level(i mod 2^bits).
 void fixed_scores(int bits, bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
                   int64_t i0, int64_t i1, const int16_t* levels32, float* out, size_t out_stride);
+// accumulate() in fixed point; level_unit: what one unit of levels32 stands for.
+void fixed_accumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
+                      int64_t i0, int64_t i1, const int16_t* levels32, float level_unit, float* acc, size_t acc_stride);
 // acc rows (acc_stride apart) += sum over tokens [i0, i1) of w_t scale_t level(code_t).
 void accumulate(int bits, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb, int d,
                 int64_t i0, int64_t i1, const float* table16, float* acc, size_t acc_stride);

@@ -50,7 +50,7 @@ class LaneLayout {
 TurboLanePart::TurboLanePart(int d, int bits, std::vector<float> levels, bool values, bool fixed_point)
     : d_(d), bits_(bits), signs_(values && sign_lanes::apply(d, bits)),
       tables_(!values && bits == 1 && d <= kTurboLaneTableDim),
-      fixed_(!values && fixed_point && turbo_lanes::fixed_scores_apply(d, bits)), levels_(std::move(levels)) {
+      fixed_(fixed_point && turbo_lanes::fixed_scores_apply(d, bits)), levels_(std::move(levels)) {
   VQ_CHECK(turbo_lane_part_applies(d, bits), fmt::format("turbo lanes: no lane part of {} channels at {} bits", d, bits));
   for (int i = 0; i < 16; ++i) table16_[size_t(i)] = levels_[size_t(i) % levels_.size()];
   if (fixed_) {
@@ -164,6 +164,11 @@ void TurboLanePart::accumulate(const float* w, size_t w_stride, int n_q, const u
     sign_lanes::accumulate(w, w_stride, n_q, blocks, stride, d_, i0, i1, patterns_.data(), acc, acc_stride);
     return;
   }
+  if (fixed_) {
+    turbo_lanes::fixed_accumulate(bits_, w, w_stride, n_q, blocks, stride, d_, i0, i1, fixed_levels_.data(),
+                                  fixed_level_unit_, acc, acc_stride);
+    return;
+  }
   turbo_lanes::accumulate(bits_, w, w_stride, n_q, blocks, stride, d_, i0, i1, table16_.data(), acc,
                                              acc_stride);
 }
@@ -213,7 +218,8 @@ class TurboLaneKeyCodec final : public TurboLaneBlockCodec<KeyCodec> {
 
 class TurboLaneValueCodec final : public TurboLaneBlockCodec<ValueCodec> {
  public:
-  explicit TurboLaneValueCodec(TurboRows rows) : TurboLaneBlockCodec<ValueCodec>(std::move(rows), true, false) {}
+  TurboLaneValueCodec(TurboRows rows, bool fixed_point)
+      : TurboLaneBlockCodec<ValueCodec>(std::move(rows), true, fixed_point) {}
   size_t accum_floats() const override { return size_t(head_dim()); }
   void accumulate(const float* w, size_t w_stride, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
                   float* acc, Workspace&) const override {
@@ -239,9 +245,9 @@ std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows, bool fixed_point)
   return std::make_unique<TurboKeyCodec>(std::move(rows));
 }
 
-std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows) {
+std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows, bool fixed_point) {
   if (turbo_lanes_apply(rows.head_dim(), rows.bits())) {
-    return std::make_unique<TurboLaneValueCodec>(std::move(rows));
+    return std::make_unique<TurboLaneValueCodec>(std::move(rows), fixed_point);
   }
   return std::make_unique<TurboValueCodec>(std::move(rows));
 }

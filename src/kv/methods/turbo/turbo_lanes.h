@@ -21,7 +21,9 @@
 //               (the 16 partial sums sum_j q'_c0+j level(bit j)), and a token costs one register
 //               lookup and one add per 4 channels.
 //   accumulate: acc'_c += sum_t (w_t scale_t) level(code_tc) in the rotated space; per channel
-//               the lanes are summed once per run of 256 tokens.
+//               the lanes are summed once per run of 256 tokens. At 2 to 4 bits (head_dim a
+//               multiple of 32) the weights and the levels are 16-bit fixed point and a lane holds
+//               one channel of tokens t and t + 8 (turbo_fixed_kernels.cpp).
 //
 // The lane codecs apply when bits is 1..4, head_dim is a multiple of 32 and at most 4096;
 // otherwise the row layout (RowKeyCodec / RowValueCodec) keeps serving the rows. A lane part of
@@ -47,9 +49,9 @@ namespace vq::kv {
 class TurboLanePart {
  public:
   // levels: the 2^bits levels a code stands for before the token's scale; values: the value layout.
-  // fixed_point: keys at 2 to 4 bits score in fixed point (turbo_fixed_kernels.cpp); a codec that
-  // prepares its queries for only a few tokens each (the outlier split, per group) keeps float,
-  // whose preparation is a copy. Values always sum in float.
+  // fixed_point: at 2 to 4 bits keys score and values sum in fixed point
+  // (turbo_fixed_kernels.cpp); a codec that calls the kernels for a few tokens at a time (the
+  // outlier split, per group of 32) keeps float, whose preparation is a copy.
   TurboLanePart(int d, int bits, std::vector<float> levels, bool values, bool fixed_point = true);
   int d() const { return d_; }
   size_t bytes() const;
@@ -94,6 +96,6 @@ inline constexpr int kTurboLaneTableDim = 512;
 // The lane codecs when turbo_lanes_apply holds (at one bit, values take the per-channel token
 // planes of turbo_sign_lanes.h instead), the row codecs otherwise.
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows, bool fixed_point = true);
-std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows);
+std::unique_ptr<ValueCodec> make_turbo_value_codec(TurboRows rows, bool fixed_point = true);
 
 }  // namespace vq::kv

@@ -338,9 +338,10 @@ std::unique_ptr<KeyCodec> turbo_split_keys(const TurboSplitShape& s, uint64_t se
 }
 std::unique_ptr<ValueCodec> turbo_split_values(const TurboSplitShape& s, uint64_t seed) {
   check_turbo_split(s);
-  return std::make_unique<TurboSplitValueCodec>(s, seed,
-                                                make_turbo_value_codec(sphere_rows(s.outliers, s.bits + 1, s.norm)),
-                                                make_turbo_value_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm)));
+  // The parts' sums run a group of tokens at a time: float (no fixed-point weights per call).
+  return std::make_unique<TurboSplitValueCodec>(
+      s, seed, make_turbo_value_codec(sphere_rows(s.outliers, s.bits + 1, s.norm), false),
+      make_turbo_value_codec(sphere_rows(s.d - s.outliers, s.bits, s.norm), false));
 }
 
 }  // namespace vq::kv
