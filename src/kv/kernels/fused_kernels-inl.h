@@ -132,6 +132,31 @@ HWY_INLINE void StageBlockWeights(const float* HWY_RESTRICT w, size_t w_stride, 
   }
 }
 
+// For the lane kernels' value sums: calls run(run, nb, next_bytes, share) for each run of up to
+// kBatch blocks (bb bytes apart) that tokens [i0, i1) touch, with W[bi][r][t] holding the run's
+// weights times the tokens' scales (StageBlockWeights). The bytes after a run (the next run, or the
+// start of the caller's next call: attention asks for about a run at a time) are to be asked for
+// while the run is computed, a share with each of its `passes` passes over the blocks; a burst of
+// a whole run's prefetches fills the line-fill buffers and stalls (q4 found the same). A prefetch
+// past the end of the cache's memory never faults. The first run's first blocks are asked for here.
+template <int kRows, int kSub, int kBatch, class Run>
+HWY_INLINE void ForEachWeightedRun(const float* w, size_t w_stride, const uint8_t* blocks, size_t bb, int64_t i0,
+                                   int64_t i1, int passes, float* HWY_RESTRICT W, const Run& run) {
+  const int64_t end_block = (i1 + kSub - 1) / kSub;
+  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
+    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
+    const uint8_t* blk = blocks + size_t(b0) * bb;
+    const size_t next_bytes = size_t(nb) * bb;
+    const size_t share = (next_bytes + size_t(passes) - 1) / size_t(passes);
+    if (b0 == i0 / kSub) PrefetchBytes(blk, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
+    for (int bi = 0; bi < nb; ++bi) {
+      StageBlockWeights<kRows, kSub>(w, w_stride, blk + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
+                                     W + size_t(bi) * kRows * kSub);
+    }
+    run(blk, nb, next_bytes, share);
+  }
+}
+
 #if HWY_TARGET == HWY_SCALAR
 constexpr int kScoreTokens = 1;
 #else
@@ -140,9 +165,10 @@ constexpr int kScoreTokens = 4;
 
 // Sums of the lanes of a, b, c, e into out[0..3] (contiguous): an interleave tree leaves
 // [sum a, sum b, sum c, sum e] in every 128-bit block, then the blocks are folded together.
+// Floats or 32-bit integers (exact when no partial sum overflows).
 template <class DF>
 HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> e,
-                            float* HWY_RESTRICT out) {
+                            hn::TFromD<DF>* HWY_RESTRICT out) {
 #if HWY_TARGET == HWY_SCALAR
   out[0] = hn::GetLane(a);
   out[1] = hn::GetLane(b);
@@ -165,11 +191,11 @@ HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, 
   const hn::Half<DF> d4;
   hn::StoreU(hn::Add(hn::LowerHalf(d4, s), hn::UpperHalf(d4, s)), d4, out);
 #else
-  alignas(64) float buf[hn::MaxLanes(df)];
+  alignas(64) hn::TFromD<DF> buf[hn::MaxLanes(df)];
   hn::Store(s, df, buf);
   const size_t N = hn::Lanes(df);
   for (int k = 0; k < 4; ++k) {
-    float t = buf[k];
+    hn::TFromD<DF> t = buf[k];
     for (size_t blk = 4; blk < N; blk += 4) t += buf[blk + k];
     out[k] = t;
   }

@@ -363,32 +363,6 @@ constexpr int kQuad = kParts == 1 ? 4 : 2;  // channels a pass: kRows x kQuad ac
 constexpr int kStepVecs = kParts == 1 ? 1 : kParts / 2;
 constexpr int kStepLanes = kStepVecs * kLanes;  // pairs a step and row: 16 (two blocks) or 8
 
-// The lane sums of a, b, c, e into out[0..3]. Exact: the integers cannot overflow (the bound of
-// turbo_lane_kernels.h covers every partial sum), so the order does not matter.
-HWY_INLINE void IntLaneSums4(VI a, VI b, VI c, VI e, int32_t* out) {
-  const DI di;
-#if HWY_TARGET == HWY_SCALAR
-  out[0] = hn::GetLane(a);
-  out[1] = hn::GetLane(b);
-  out[2] = hn::GetLane(c);
-  out[3] = hn::GetLane(e);
-  (void)di;
-#else
-  const hn::Repartition<int64_t, DI> dq;
-  const VI ab = hn::Add(hn::InterleaveLower(di, a, b), hn::InterleaveUpper(di, a, b));
-  const VI ce = hn::Add(hn::InterleaveLower(di, c, e), hn::InterleaveUpper(di, c, e));
-  const VI sum = hn::Add(hn::BitCast(di, hn::InterleaveLower(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))),
-                         hn::BitCast(di, hn::InterleaveUpper(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))));
-  alignas(64) int32_t buf[hn::MaxLanes(di)];
-  hn::Store(sum, di, buf);
-  for (int k = 0; k < 4; ++k) {
-    int32_t t = buf[k];
-    for (int blk = 4; blk < kLanes; blk += 4) t += buf[blk + k];
-    out[k] = t;
-  }
-#endif
-}
-
 // acc rows (channels kQuad h .. of the group accg starts) += wunit_r * the run's integer sums of
 // the steps' weight pairs WP[step][r] against the same channel's levels of the step's tokens.
 template <int kBits, int kRows, int h>
@@ -463,7 +437,8 @@ HWY_INLINE void AccumulateQuadRun(const FixedLevels& L, const uint8_t* HWY_RESTR
   for (int r = 0; r < kRows; ++r) {
     alignas(16) int32_t sums[4];
     if constexpr (kQuad == 4) {
-      IntLaneSums4(A[r][0], A[r][1], A[r][2], A[r][3], sums);
+      // Exact: no partial sum overflows (turbo_lane_kernels.h), so the order does not matter.
+      SumOfLanes4(di, A[r][0], A[r][1], A[r][2], A[r][3], sums);
     } else {
       for (int kk = 0; kk < kQuad; ++kk) sums[kk] = hn::GetLane(hn::SumOfLanes(di, A[r][kk]));
     }
@@ -554,17 +529,9 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
   alignas(64) int32_t F[(kBatch + 1) * kRows * kSub];  // one block of zeros past the run for an odd pair
   alignas(64) int32_t WP[kBatch * kRows * kSub / 2 + kRows * kStepLanes];
   float wunit[kRows];
-  const int64_t end_block = (i1 + kSub - 1) / kSub;
-  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
-    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
-    const uint8_t* run = blocks + size_t(b0) * bb;
-    const size_t next_bytes = size_t(nb) * bb;
-    const size_t share = (next_bytes + size_t(passes) - 1) / size_t(passes);
-    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
-    for (int bi = 0; bi < nb; ++bi) {
-      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
-                                     W + size_t(bi) * kRows * kSub);
-    }
+  ForEachWeightedRun<kRows, kSub, kBatch>(w, w_stride, blocks, bb, i0, i1, passes, W, [&](const uint8_t* run, int nb,
+                                                                                          size_t next_bytes,
+                                                                                          size_t share) {
     std::fill_n(F + size_t(kBatch) * kRows * kSub, size_t(kRows) * kSub, 0);
     FixedWeights<kRows>(W, nb, level_unit, F, WP, wunit);
     alignas(64) float wunit4[16];  // row r's unit in elements 4r .. 4r + 3 (AVX-512's four rows)
@@ -574,7 +541,7 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
                                     acc + size_t(g) * kGroup, acc_stride, run + next_bytes, share, next_bytes,
                                     std::make_index_sequence<kGroup / kQuad>());
     }
-  }
+  });
 }
 
 template <int kBits>

@@ -292,22 +292,9 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
   const int n_groups = d / kGroup, tail = d % kGroup, tb = LaneWords::tail_bytes(d, kBits);
   const int passes = n_groups * (kGroup / kQuad) + (tail + 7) / 8 * 8 / kQuad;  // the tail's: WithTailChannels
   alignas(64) float W[kBatch * kRows * kSub];
-  const int64_t end_block = (i1 + kSub - 1) / kSub;
-  for (int64_t b0 = i0 / kSub; b0 < end_block; b0 += kBatch) {
-    const int nb = int(std::min<int64_t>(kBatch, end_block - b0));
-    const uint8_t* run = blocks + size_t(b0) * bb;
-    // The bytes after this run (the next run, or the start of the caller's next call: attention
-    // asks for about a run at a time) are asked for while this run is computed, a share with
-    // each pass over the blocks; a burst of a whole run's prefetches fills the line-fill buffers
-    // and stalls (q4 found the same). A prefetch past the end of the cache's memory never faults.
-    const size_t next_bytes = size_t(nb) * bb;
-    const size_t share = (next_bytes + size_t(passes) - 1) / size_t(passes);
-    if (b0 == i0 / kSub) PrefetchBytes(run, std::min<size_t>(next_bytes, 4 * bb));  // nobody asked for the first
-    // W[bi][r][t] = w_r(token) * scale(token), zero outside [i0, i1)
-    for (int bi = 0; bi < nb; ++bi) {
-      StageBlockWeights<kRows, kSub>(w, w_stride, run + size_t(bi) * bb, (b0 + bi) * kSub, i0, i1,
-                                     W + size_t(bi) * kRows * kSub);
-    }
+  ForEachWeightedRun<kRows, kSub, kBatch>(w, w_stride, blocks, bb, i0, i1, passes, W, [&](const uint8_t* run, int nb,
+                                                                                          size_t next_bytes,
+                                                                                          size_t share) {
     for (int g = 0; g < n_groups; ++g) {
       AccumulateGroup<kBits, kRows>(L, run + kScaleBytes + size_t(g) * kBits * kSub * 4, bb, nb, g, W,
                                     acc + size_t(g) * kGroup, acc_stride, run + next_bytes, share, next_bytes,
@@ -337,7 +324,7 @@ void AccumulateRows(const float* w, size_t w_stride, const uint8_t* blocks, size
         for (int c = 0; c < tail; ++c) a[c] += T[r * kGroup + c];
       }
     }
-  }
+  });
 }
 
 template <int kBits>
