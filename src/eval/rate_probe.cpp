@@ -12,6 +12,7 @@ namespace vq::eval {
 
 std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Model& model, const kv::Method& method,
                                                                const std::vector<std::vector<int32_t>>& chunks,
+                                                               const std::vector<std::shared_ptr<const kv::Calibration>>& base_calibs,
                                                                const std::function<void(int64_t, int64_t)>& progress) {
   VQ_CHECK(!chunks.empty(), "ratequant probe: no calibration chunks");
   const std::vector<int> widths = kv::ratequant_widths(method);
@@ -35,7 +36,10 @@ std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Mod
       for (int side = 0; side < 2; ++side) {
         for (int i = 0; i < W; ++i) {
           {
-            engine::Session s(model, kv::ratequant_probe_method(method, L, l, side, widths[size_t(i)]), n_ctx);
+            engine::Session s(model,
+                              kv::ratequant_probe_method(method, L, l, side, widths[size_t(i)],
+                                                         base_calibs.empty() ? nullptr : base_calibs[size_t(i)]),
+                              n_ctx);
             s.feed_select(chunk, want, &logits);
           }
           probe[size_t(l)][size_t(side)][size_t(i)] += p.mean_kl(logits) / double(chunks.size());

@@ -7,18 +7,22 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "src/engine/model.h"
+#include "veloxquant/kv/calibration.h"
 #include "veloxquant/kv/method.h"
 
 namespace vq::eval {
 
 // probe[layer][side][i]: mean KL (nats per scored token) with that unit alone at width i of
-// kv::ratequant_widths(method). progress(runs done, runs in all), if set, is called after each
-// probe run.
+// kv::ratequant_widths(method). base_calibs[i]: the base's calibration at width i, for a base
+// that learns per width (kv::ratequant_learns_per_width), else empty. progress(runs done, runs in
+// all), if set, is called after each probe run.
 std::vector<std::array<std::vector<double>, 2>> run_rate_probe(
     const engine::Model& model, const kv::Method& method, const std::vector<std::vector<int32_t>>& chunks,
+    const std::vector<std::shared_ptr<const kv::Calibration>>& base_calibs = {},
     const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
 }  // namespace vq::eval

@@ -31,6 +31,24 @@ r = json.loads(sys.argv[1])
 assert r["kv"] == "ratequant:avg=2.5" and math.isfinite(r["kl_mean"]) and "first-half" in r["calibration"], r
 assert abs(r["kv_bits_per_element"] - 3.5) < 1e-12, r  # kivi: 2.5 bits of code + fp16 scale and zero per 32
 PY
+# Over KVQuant: the datatypes are learned at every width first, and the file carries each layer's
+# at its allocated widths; avg to four decimals (77/36) keeps the cache under 2.5 bits per element.
+"$bin" calibrate -m "$model" -f "$text" --part first-half --kv ratequant:base=kvquant,avg=2.1389 -c 64 --chunks 2 \
+  --probe-tokens 64 -o "$tmp/rqk.vqcal" >"$tmp/log" 2>/dev/null
+grep -q "wrote $tmp/rqk.vqcal: 'ratequant:base=kvquant,avg=2.1389'" "$tmp/log"
+"$bin" inspect --calib "$tmp/rqk.vqcal" | grep -q "average width 2.1389 bits over 36 units"
+out=$("$bin" perplexity -m "$model" -f "$text" --part second-half -c 256 --chunks 1 \
+      --kv ratequant:base=kvquant,avg=2.1389 --calib "$tmp/rqk.vqcal" --json)
+python3 - "$out" <<'PY'
+import json, math, sys
+r = json.loads(sys.argv[1])
+assert r["kv"] == "ratequant:base=kvquant,avg=2.1389" and math.isfinite(r["kl_mean"]), r
+# kvquant:bits=2 is 2.359 bits per element at d = 256; 5 of 36 units one bit wider
+assert abs(r["kv_bits_per_element"] - (2.359375 + 5 / 36)) < 1e-9, r
+PY
+# attn-bench, with no model to probe, spreads the budget evenly over its layers.
+"$bin" attn-bench --ctx 64 --layers 2 --rounds 1 --iters 1 --kv fp16 --kv ratequant:base=kvquant,avg=2.25 >"$tmp/ab"
+grep -q "^ratequant:base=kvquant,avg=2.25 " "$tmp/ab"
 refuse() {  # expected exit status, expected message, then the command
   local rc_want=$1 want=$2; shift 2
   local rc=0

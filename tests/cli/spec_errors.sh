@@ -18,7 +18,7 @@ check 'q4:rot=2' 'rot=2'
 check 'k=q4' 'v=SPEC'
 check 'ratequant:avg=5' 'avg=5 is outside [lo, hi]'
 check 'ratequant:avg=2.5,lo=3' 'avg=2.5 is outside [lo, hi]'
-check 'ratequant:base=kvquant' 'base=kvquant'
+check 'ratequant:base=kvquant,lo=1,avg=2' 'kvquant takes bits in [2, 4]'
 check 'k=ratequant,v=fp16' 'cannot be one side'
 "$bin" attn-bench --no-such-flag >/dev/null 2>&1
 [[ $? -eq 2 ]] || { echo "FAIL: unknown flag does not exit 2"; fail=1; }

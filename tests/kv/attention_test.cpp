@@ -177,6 +177,30 @@ TEST(Attention, LogitSoftcap) {
   }
 }
 
+// fp16 sinks hold the same fp16 numbers an fp16 cache holds, so fp16:sink=N attends exactly as
+// fp16 does: in prefill and decode, with and without a sliding window.
+TEST(Attention, Fp16SinksChangeNothing) {
+  for (int window : {0, 37}) {
+    for (int ubatch : {1, 64, 300}) {
+      Case a{"fp16"};
+      a.window = window;
+      a.ubatch = ubatch;
+      a.d = 256;
+      a.q_heads = 4;
+      a.kv_heads = 1;
+      Case b = a;
+      b.spec = "fp16:sink=3";
+      std::vector<float> plain, sunk;
+      run_case(a, &plain, false);
+      run_case(b, &sunk, false);
+      ASSERT_EQ(plain.size(), sunk.size());
+      double worst = 0;
+      for (size_t i = 0; i < plain.size(); ++i) worst = std::max(worst, double(std::abs(plain[i] - sunk[i])));
+      EXPECT_LT(worst, 1e-6) << "window " << window << " ubatch " << ubatch;
+    }
+  }
+}
+
 TEST(Attention, SlidingWindowFreesMemory) {
   LayerCache cache(parse_method("q4"), {1, 64, 0, 100});
   std::vector<float> x(64, 1.0f);

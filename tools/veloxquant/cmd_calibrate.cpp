@@ -61,6 +61,24 @@ Runner add_calibrate_command(CLI::App& app) {
     const int64_t n_chunks = std::min<int64_t>(o->chunks, int64_t(tokens.size()) / o->ctx);
     VQ_CHECK(n_chunks > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), o->ctx));
 
+    // Runs the model with an fp16 cache over the calibration chunks and returns each layer's samples.
+    const auto collect = [&]() {
+      kv::SampleCollector collector(model->cache_layout());
+      engine::Session session(*model, kv::parse_method("fp16"), o->ctx);
+      session.set_observer(&collector);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t c = 0; c < n_chunks; ++c) {
+        const std::vector<int32_t> chunk = eval::chunk_tokens(tokens, c, o->ctx, eval::chunk_bos(tok));
+        session.clear();
+        session.feed_select(chunk, std::vector<uint8_t>(chunk.size(), 0), nullptr);
+        fmt::print(stderr, "\r[{}/{}] chunks run ({:.0f} s)   ", c + 1, n_chunks,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      fmt::print(stderr, "\n");
+      return collector.take();
+    };
+    const std::string sample_source = fmt::format("{} ({}), {} chunks of {} tokens", o->file, o->part, n_chunks, o->ctx);
+
     if (kv::is_ratequant(method)) {
       // Refuse an unreachable budget before the probe runs.
       const int L = int(model->cache_layout().size());
@@ -68,40 +86,45 @@ Runner add_calibrate_command(CLI::App& app) {
       const int64_t ctx = std::min(o->ctx, o->probe_tokens);
       const int64_t n = std::min<int64_t>(std::max<int64_t>(1, o->probe_tokens / ctx), int64_t(tokens.size()) / ctx);
       VQ_CHECK(n > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), ctx));
+      const std::vector<int> widths = kv::ratequant_widths(method);
+      // A base that learns its datatype per width (KVQuant) learns it at every width first, from
+      // the same samples, and the probe runs each width with its own.
+      std::vector<std::shared_ptr<const kv::Calibration>> base_calibs;
+      std::string source;
+      if (kv::ratequant_learns_per_width(method)) {
+        const std::vector<kv::LayerSamples> samples = collect();
+        for (int w : widths) {
+          const kv::Method base = kv::ratequant_base_method(method, w);
+          fmt::print(stderr, "learning {}...\n", base.spec());
+          base_calibs.push_back(
+              std::make_shared<const kv::Calibration>(kv::calibrate(base, samples, model->identity(), sample_source)));
+        }
+        source = fmt::format("datatypes from {}; ", sample_source);
+      }
       std::vector<std::vector<int32_t>> chunks;
       for (int64_t c = 0; c < n; ++c) chunks.push_back(eval::chunk_tokens(tokens, c, ctx, eval::chunk_bos(tok)));
       fmt::print(stderr, "probing {}: {} layers x 2 sides x {} widths over {} chunk(s) of {} tokens\n", method.spec(), L,
-                 kv::ratequant_widths(method).size(), n, ctx);
+                 widths.size(), n, ctx);
       const auto t0 = std::chrono::steady_clock::now();
-      const auto probe = eval::run_rate_probe(*model, method, chunks, [&](int64_t done, int64_t runs) {
+      const auto probe = eval::run_rate_probe(*model, method, chunks, base_calibs, [&](int64_t done, int64_t runs) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         fmt::print(stderr, "\r[{}/{}] probe runs ({:.0f} s, ~{:.0f} s left)   ", done, runs, el,
                    el / double(done) * double(runs - done));
       });
       fmt::print(stderr, "\n");
-      const std::string source = fmt::format("{} ({}), probe over {} chunk(s) of {} tokens", o->file, o->part, n, ctx);
-      const kv::Calibration calib = kv::ratequant_calibration(method, model->identity(), source, n * ctx, probe);
+      source += fmt::format("{} ({}), probe over {} chunk(s) of {} tokens", o->file, o->part, n, ctx);
+      const kv::Calibration calib =
+          kv::ratequant_calibration(method, model->identity(), source, n * ctx, probe, base_calibs);
       kv::save_calibration(o->out, calib);
       fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), source);
       print_calibration(calib);
       return 0;
     }
-    kv::SampleCollector collector(model->cache_layout());
-    engine::Session session(*model, kv::parse_method("fp16"), o->ctx);
-    session.set_observer(&collector);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      const std::vector<int32_t> chunk = eval::chunk_tokens(tokens, c, o->ctx, eval::chunk_bos(tok));
-      session.clear();
-      session.feed_select(chunk, std::vector<uint8_t>(chunk.size(), 0), nullptr);
-      fmt::print(stderr, "\r[{}/{}] chunks run ({:.0f} s)   ", c + 1, n_chunks,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    fmt::print(stderr, "\nlearning {}...\n", method.spec());
-    const std::string source = fmt::format("{} ({}), {} chunks of {} tokens", o->file, o->part, n_chunks, o->ctx);
-    const kv::Calibration calib = kv::calibrate(method, collector.take(), model->identity(), source);
+    const std::vector<kv::LayerSamples> samples = collect();
+    fmt::print(stderr, "learning {}...\n", method.spec());
+    const kv::Calibration calib = kv::calibrate(method, samples, model->identity(), sample_source);
     kv::save_calibration(o->out, calib);
-    fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), source);
+    fmt::print("wrote {}: '{}' for {}, from {}\n", o->out, calib.spec, calib.model.describe(), sample_source);
     print_calibration(calib);
     return 0;
   };

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "src/core/threads.h"
+#include "src/kv/methods/ratequant/ratequant.h"
 #include "src/kv/rope_table.h"
 #include "veloxquant/error.h"
 
@@ -53,6 +54,17 @@ std::shared_ptr<const Calibration> calibrate_on_synthetic(const Method& method, 
                                                           const float* keys, const float* values, int64_t n,
                                                           int n_layers, const std::string& tool) {
   VQ_CHECK(n_layers >= 1, "calibration on synthetic data: no layers");
+  if (is_ratequant(method)) {
+    std::vector<std::shared_ptr<const Calibration>> bases;
+    if (ratequant_learns_per_width(method)) {
+      for (int w : ratequant_widths(method)) {
+        bases.push_back(calibrate_on_synthetic(ratequant_base_method(method, w), config, keys, values, n, n_layers, tool));
+      }
+    }
+    return std::make_shared<Calibration>(ratequant_even_calibration(
+        method, ModelIdentity{"synthetic", tool, 0, n_layers, config.n_kv_heads, config.head_dim},
+        tool + " synthetic data", bases));
+  }
   auto c = std::make_shared<Calibration>(
       calibrate(method, {unweighted_samples(config, keys, values, n, 0)},
                 ModelIdentity{"synthetic", tool, 0, n_layers, config.n_kv_heads, config.head_dim},

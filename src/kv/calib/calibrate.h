@@ -25,7 +25,8 @@ LayerSamples unweighted_samples(const LayerConfig& config, const float* keys, co
 // A method calibrated on synthetic data rather than a model (benchmarks and tests): n tokens of
 // keys (after RoPE, as `config` describes) and values at positions 0.., every weight 1, learned
 // once and the same calibration given to each of n_layers layers. `tool` names the caller in
-// the calibration's model identity and source.
+// the calibration's model identity and source. RateQuant, with no model to probe, gets its
+// budget spread evenly over the units (ratequant_even_calibration).
 std::shared_ptr<const Calibration> calibrate_on_synthetic(const Method& method, const LayerConfig& config,
                                                           const float* keys, const float* values, int64_t n,
                                                           int n_layers, const std::string& tool);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -13,8 +14,10 @@
 #include <vector>
 
 #include "src/core/rng.h"
+#include "src/kv/calib/calibrate.h"
 #include "src/kv/calib/rate_allocation.h"
 #include "src/kv/methods/ratequant/ratequant.h"
+#include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"
@@ -125,7 +128,9 @@ TEST(RateAllocation, SteepUnitsGetTheBits) {
 
 // A ratequant calibration of `L` layers from a probe whose unit u loses steep[u] * 4^-i at width
 // lo + i (each bit quarters the error, as for a uniform quantizer): larger steep, steeper fall.
-Calibration synthetic(const Method& m, int L, int d, const std::vector<double>& steep) {
+// base_calibs: the base's calibration at each width, for a base that learns per width.
+Calibration synthetic(const Method& m, int L, int d, const std::vector<double>& steep,
+                      const std::vector<std::shared_ptr<const Calibration>>& base_calibs = {}) {
   std::vector<std::array<std::vector<double>, 2>> probe(static_cast<size_t>(L));
   const size_t W = ratequant_widths(m).size();
   for (int l = 0; l < L; ++l) {
@@ -133,7 +138,22 @@ Calibration synthetic(const Method& m, int L, int d, const std::vector<double>& 
       for (size_t i = 0; i < W; ++i) probe[size_t(l)][size_t(s)].push_back(steep[size_t(2 * l + s)] * std::pow(0.25, double(i)));
     }
   }
-  return ratequant_calibration(m, ModelIdentity{"synthetic", "test", 1, L, 1, d}, "synthetic probe", 100, probe);
+  return ratequant_calibration(m, ModelIdentity{"synthetic", "test", 1, L, 1, d}, "synthetic probe", 100, probe,
+                               base_calibs);
+}
+
+// KVQuant at each of m's widths, learned on the same synthetic tokens (one layer's calibration
+// repeated over L layers), as `calibrate` learns them on a model's samples.
+std::vector<std::shared_ptr<const Calibration>> kvquant_at_each_width(const Method& m, int L, int d) {
+  std::vector<std::shared_ptr<const Calibration>> out;
+  auto k = make_data(Data::kOutliers, 1024, d, 7), v = make_data(Data::kOutliers, 1024, d, 8);
+  const RopeTable table(d, neox());
+  for (int t = 0; t < 1024; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
+  for (int w : ratequant_widths(m)) {
+    out.push_back(calibrate_on_synthetic(ratequant_base_method(m, w), LayerConfig(1, d, 0, 0, neox()), k.data(), v.data(),
+                                         1024, L, "test"));
+  }
+  return out;
 }
 
 TEST(Method_ratequant, CalibrationFollowsTheProbe) {
@@ -225,8 +245,126 @@ TEST(Method_ratequant, ProbeCompressesOneUnit) {
   EXPECT_THROW(ratequant_probe_method(bare, 3, 0, 0, 5), Error);
 }
 
+// Over KVQuant, each layer's codecs are KVQuant's at the allocated widths with the datatype learned
+// at that width: the same bytes and the same decode as kvquant:bits=w under the base calibration
+// of that width, fused paths equal to the reference, and the bits the formula's mean.
+TEST(Method_ratequant, KvquantBaseUsesEachWidthsDatatype) {
+  const Method bare = parse_method("ratequant:base=kvquant,avg=2.5");
+  EXPECT_TRUE(ratequant_learns_per_width(bare));
+  EXPECT_FALSE(ratequant_learns_per_width(parse_method("ratequant:avg=2.5")));
+  EXPECT_EQ(ratequant_base_method(bare, 2).spec(), "kvquant:bits=2");
+  const int L = 4, d = 128;
+  const auto bases = kvquant_at_each_width(bare, L, d);
+  auto c = std::make_shared<Calibration>(synthetic(bare, L, d, {3, 0.1, 0.2, 2, 1, 0.3, 0.1, 0.5}, bases));
+  const Method m = bare.with_calibration(c);
+  double kb = 0, vb = 0;
+  std::vector<int> seen(3, 0);
+  for (int l = 0; l < L; ++l) {
+    const auto& lc = c->layers[size_t(l)];
+    ++seen[size_t(lc.key_bits - 2)];
+    ++seen[size_t(lc.value_bits - 2)];
+    EXPECT_EQ(lc.key_levels, bases[size_t(lc.key_bits - 2)]->layers[size_t(l)].key_levels);
+    EXPECT_EQ(lc.value_levels, bases[size_t(lc.value_bits - 2)]->layers[size_t(l)].value_levels);
+    EXPECT_EQ(lc.key_lo, bases[0]->layers[size_t(l)].key_lo);
+    const CodecContext ctx{d, l, neox(), &lc};
+    for (int side = 0; side < 2; ++side) {
+      const int w = side == 0 ? lc.key_bits : lc.value_bits;
+      const Calibration& b = *bases[size_t(w - 2)];
+      const Method at = parse_method(fmt::format("kvquant:bits={}", w));
+      const CodecContext bctx{d, l, neox(), &b.layers[size_t(l)]};
+      // The same codec: the same bytes for the same tokens.
+      const auto x = make_data(Data::kOutliers, 16, d, 40 + uint64_t(l));
+      std::vector<uint8_t> mine, theirs;
+      if (side == 0) {
+        const auto a = m.keys().key_codec(ctx), r = at.keys().key_codec(bctx);
+        ASSERT_EQ(a->block_bytes(), r->block_bytes());
+        mine.resize(a->block_bytes());
+        theirs.resize(r->block_bytes());
+        a->encode(x.data(), 0, mine.data());
+        r->encode(x.data(), 0, theirs.data());
+        kb += at.keys().key_bits(d) / L;
+      } else {
+        const auto a = m.values().value_codec(ctx), r = at.values().value_codec(bctx);
+        ASSERT_EQ(a->block_bytes(), r->block_bytes());
+        mine.resize(a->block_bytes());
+        theirs.resize(r->block_bytes());
+        a->encode(x.data(), 0, mine.data());
+        r->encode(x.data(), 0, theirs.data());
+        vb += at.values().value_bits(d) / L;
+      }
+      EXPECT_EQ(mine, theirs) << "layer " << l << " side " << side;
+    }
+    for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kHuge}) {
+      check_fused_equals_reference(m, ctx, kind, 300 + uint64_t(l), 256, 5, 1e-5);
+    }
+    check_single_token_encode(m, ctx);
+  }
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1] + seen[2], 0);
+  EXPECT_DOUBLE_EQ(m.keys().key_bits(d), kb);
+  EXPECT_DOUBLE_EQ(m.values().value_bits(d), vb);
+  // A KVQuant allocation needs the datatypes: a file without them, or with another width's, is refused.
+  for (int which = 0; which < 2; ++which) {
+    auto bad = std::make_shared<Calibration>(*c);
+    if (which == 0) bad->layers[1].key_levels.clear();
+    if (which == 1) bad->layers[2].value_levels.push_back(bad->layers[2].value_levels.back() + 0.5f);
+    try {
+      bare.with_calibration(bad);
+      ADD_FAILURE() << which << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kData) << which;
+    }
+  }
+  // The allocation needs one base calibration per width, each of its own width.
+  EXPECT_THROW(synthetic(bare, L, d, {1, 1, 1, 1, 1, 1, 1, 1}), Error);
+  EXPECT_THROW(synthetic(bare, L, d, {1, 1, 1, 1, 1, 1, 1, 1}, {bases[1], bases[1], bases[2]}), Error);
+}
+
+TEST(Method_ratequant, KvquantProbeRunsEachWidthWithItsDatatype) {
+  const Method bare = parse_method("ratequant:base=kvquant,avg=3");
+  const int L = 3, d = 64;
+  const auto bases = kvquant_at_each_width(bare, L, d);
+  const Method p = ratequant_probe_method(bare, L, 1, 0, 4, bases[2]);
+  ASSERT_NE(p.calibration(), nullptr);
+  const auto fp16 = parse_method("fp16");
+  const auto kv4 = parse_method("kvquant:bits=4");
+  for (int l = 0; l < L; ++l) {
+    const CodecContext ctx{d, l, neox(), &p.calibration()->layers[size_t(l)]};
+    EXPECT_EQ(p.keys().key_codec(ctx)->block_bytes(), (l == 1 ? kv4 : fp16).keys().key_codec(ctx)->block_bytes());
+    EXPECT_EQ(p.values().value_codec(ctx)->block_bytes(), fp16.values().value_codec(ctx)->block_bytes());
+  }
+  // Without its width's calibration, or with another width's, the probe is refused.
+  EXPECT_THROW(ratequant_probe_method(bare, L, 1, 0, 4), Error);
+  EXPECT_THROW(ratequant_probe_method(bare, L, 1, 0, 4, bases[0]), Error);
+}
+
+// Benchmarks on synthetic data have no model to probe: the budget is spread evenly, keys and
+// values alternating, and a KVQuant base gets its datatypes learned on the same data.
+TEST(Method_ratequant, SyntheticCalibrationSpreadsTheBudget) {
+  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=kvquant,avg=2.25", "ratequant:base=turbo,avg=3.75,lo=1"}) {
+    const Method bare = parse_method(spec);
+    const int L = 4, d = 64;
+    auto x = make_data(Data::kOutliers, 512, d, 5);
+    const auto c = calibrate_on_synthetic(bare, LayerConfig(1, d, 0, 0, neox()), x.data(), x.data(), 512, L, "test");
+    ASSERT_EQ(int(c->layers.size()), L) << spec;
+    int total = 0, lo = 99, hi = 0, keys = 0;
+    for (const auto& lc : c->layers) {
+      total += lc.key_bits + lc.value_bits;
+      keys += lc.key_bits;
+      lo = std::min({lo, lc.key_bits, lc.value_bits});
+      hi = std::max({hi, lc.key_bits, lc.value_bits});
+    }
+    EXPECT_EQ(total, ratequant_budget(bare, 2 * L)) << spec;
+    EXPECT_LE(hi - lo, 1) << spec;
+    EXPECT_LE(std::abs(2 * keys - total), 1) << spec;  // both sides share the extra bits
+    const Method m = bare.with_calibration(c);
+    const CodecContext ctx{d, 1, neox(), &c->layers[1]};
+    check_fused_equals_reference(m, ctx, Data::kGaussian, 9, 128, 5, 1e-3, fixed_lane_tol(d));
+  }
+}
+
 TEST(Method_ratequant, SpecAndBudgetErrors) {
-  for (const char* bad : {"ratequant:avg=5", "ratequant:avg=1.5", "ratequant:lo=4,hi=2", "ratequant:base=kvquant",
+  for (const char* bad : {"ratequant:avg=5", "ratequant:avg=1.5", "ratequant:lo=4,hi=2", "ratequant:base=kvquant,lo=1,avg=2",
                           "ratequant:base=turbo,lo=0", "ratequant:lo=1,avg=2", "k=ratequant,v=fp16", "k=fp16,v=ratequant"}) {
     try {
       parse_method(bad);
@@ -240,6 +378,9 @@ TEST(Method_ratequant, SpecAndBudgetErrors) {
   EXPECT_THROW(ratequant_budget(m, 36), Error);  // 82.8 bits
   EXPECT_EQ(ratequant_budget(m, 10), 23);
   EXPECT_EQ(ratequant_budget(parse_method("ratequant:avg=2.5"), 36), 90);
+  // avg to four decimals: 77/36 written as 2.1389 is 77 bits over 36 units; 2.139 is not.
+  EXPECT_EQ(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.1389"), 36), 77);
+  EXPECT_THROW(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.139"), 36), Error);
   // Codecs without an allocation are refused, not guessed.
   EXPECT_THROW(m.keys().key_codec(CodecContext{64, 0}), Error);
 }

@@ -4,10 +4,11 @@
 // Theory", 10.3.3; for mixed-precision KV caches cf. KVTuner, Li et al., ICML 2025,
 // https://arxiv.org/abs/2502.04420, which also searches per-layer key/value precisions).
 //
-//   ratequant:base=kivi,avg=2.5[,lo=2,hi=4]
+//   ratequant:base=kivi,avg=2.5[,lo=2,hi=4]        (base=turbo and base=kvquant also)
 //
 // Units are (layer, side): a layer's keys and its values each get a width in [lo, hi], and the
-// widths average exactly `avg` over all 2 * n_layer units. `veloxquant calibrate` measures, on
+// widths average exactly `avg` over all 2 * n_layer units (avg may be written to four decimals:
+// 2.1389 for 77 bits over 36 units). `veloxquant calibrate` measures, on
 // calibration text, the mean KL of the next-token distribution against an fp16 cache when only
 // one unit is compressed by the base method at one width (everything else fp16), for every unit
 // and width; the allocation minimizes the summed probe KL under the budget (additive
@@ -15,14 +16,18 @@
 // exactly). The probe table and the allocation live in the calibration file; `veloxquant
 // inspect --calib FILE` prints them.
 //
-// Bases: kivi (kbits for keys, vbits for values) and turbo (bits), every other base parameter at
-// its default (kivi: group=32, residual=128; turbo: seed, no window, no sinks). KVQuant is not
-// offered: its datatypes are learned per bit width, so a base of it would need one calibration
-// per candidate width inside this one.
+// Bases: kivi (kbits for keys, vbits for values), turbo (bits) and kvquant (bits), every other
+// base parameter at its default (kivi: group=32, residual=128; turbo: seed, no window, no sinks;
+// kvquant: 1% dense-and-sparse outliers, one fp16 sink, Q-Norm at 2 bits, weighted datatypes).
+// KVQuant learns its datatype per width: `calibrate` first learns kvquant:bits=w on the samples
+// for every candidate width w, the probe runs each width with its own datatype, and the file keeps
+// per layer the key ranges (they depend on the outlier fraction, not on the width) and the levels
+// learned at the width allocated to that layer's keys and to its values, which is what KVQuant's
+// codecs read from CodecContext::calib.
 //
-// Deviations from the issue's wording: the allocation is per layer and side, not per KV head
-// (a codec is built per layer and serves all its KV heads; CodecContext has no head index, and
-// Gemma 3 270M has a single KV head per layer, so per layer is per head there). The water-
+// Deviations from the issue's wording: the allocation is per layer and side, not per KV head (a
+// layer's per-head codecs must share one block shape in LayerCache, and widths differ in block
+// bytes; Gemma 3 270M has a single KV head per layer, so per layer is per head there). The water-
 // filling is kept as the Lagrangian view; the budget is met by an exact dynamic program, since
 // the Lagrangian can miss a discrete budget.
 //
@@ -30,7 +35,8 @@
 // allocated widths (scales and zeros included), likewise values; every layer receives every
 // token, so that is the mean over stored elements (a sliding-window layer that drops old pages
 // holds fewer, which bench's measured bytes show). Before a calibration is attached the bits are
-// the base's formula at `avg` (exact for kivi and turbo, whose formulas are linear in the width).
+// the base's formula at `avg` (exact for all three bases, whose formulas are linear in the width;
+// KVQuant's outlier slots and scales do not depend on it).
 #include "src/kv/methods/ratequant/ratequant.h"
 
 #include <fmt/format.h>
@@ -48,6 +54,7 @@ namespace vq::kv {
 // The bases RateQuant allocates bits for (kivi/kivi.cpp, turbo/turbo.cpp).
 const MethodDef& kivi_method();
 const MethodDef& turbo_method();
+const MethodDef& kvquant_method();
 
 namespace {
 
@@ -55,9 +62,20 @@ struct Base {
   const MethodDef& (*def)();
   const char* key_param;
   const char* value_param;
+  bool learns_per_width;  // its datatype is calibrated per width (kvquant)
 };
-const Base kBases[] = {{&kivi_method, "kbits", "vbits"}, {&turbo_method, "bits", "bits"}};
-const char* const kBaseNames[] = {"kivi", "turbo"};
+const Base kBases[] = {{&kivi_method, "kbits", "vbits", false},
+                       {&turbo_method, "bits", "bits", false},
+                       {&kvquant_method, "bits", "bits", true}};
+const char* const kBaseNames[] = {"kivi", "turbo", "kvquant"};
+
+// avg may be written to four decimals (77/36 as 2.1389): the budget is the nearest whole number
+// of bits when avg * units lies within that rounding of it.
+bool whole_budget(double avg, int units, int* total) {
+  const double t = avg * units;
+  *total = int(std::lround(t));
+  return std::fabs(t - std::round(t)) <= 5e-5 * units + 1e-9;
+}
 
 const ParamInfo& param_of(const MethodDef& def, const std::string& name) {
   for (const auto& p : def.info.params) {
@@ -111,6 +129,7 @@ class RateQuantMethod final : public MethodImpl {
   bool needs_calibration() const override { return true; }
 
   std::shared_ptr<const MethodImpl> calibrated(const Calibration& c) const override {
+    if (probe_) return nullptr;  // the probe's one-unit allocation; its calibration is the base's
     const int W = hi_ - lo_ + 1;
     std::vector<int> widths;
     for (int w = lo_; w <= hi_; ++w) widths.push_back(w);
@@ -129,12 +148,17 @@ class RateQuantMethod final : public MethodImpl {
                                                         c.spec, l, b, lo_, hi_));
         sum += b;
       }
+      if (kBases[base_].learns_per_width) {
+        VQ_CHECK_DATA(lc.key_levels.size() == size_t(1) << lc.key_bits && lc.value_levels.size() == size_t(1) << lc.value_bits,
+                      fmt::format("the calibration for '{}': layer {} lacks the datatypes of its widths", c.spec, l));
+      }
       m->alloc_.push_back({lc.key_bits, lc.value_bits});
     }
-    const double units = 2.0 * double(c.layers.size());
-    VQ_CHECK_DATA(!c.layers.empty() && std::fabs(double(sum) - avg_ * units) < 1e-9,
+    const int units = 2 * int(c.layers.size());
+    int total = 0;
+    VQ_CHECK_DATA(!c.layers.empty() && whole_budget(avg_, units, &total) && sum == total,
                   fmt::format("the calibration for '{}' allocates {} bits over {} units, not avg={:g} of them", c.spec,
-                              sum, int64_t(units), avg_));
+                              sum, units, avg_));
     return m;
   }
 
@@ -143,9 +167,18 @@ class RateQuantMethod final : public MethodImpl {
     VQ_CHECK(layer >= 0 && layer < n_layers && side >= 0 && side < 2 && bits >= lo_ && bits <= hi_,
              "ratequant probe: unit or width out of range");
     auto m = std::make_shared<RateQuantMethod>(*this);
+    m->probe_ = true;
     m->alloc_.assign(size_t(n_layers), {0, 0});
     m->alloc_[size_t(layer)][size_t(side)] = bits;
     return m;
+  }
+  bool learns_per_width() const { return kBases[base_].learns_per_width; }
+  // The base method at width w with its other parameters at their defaults.
+  std::string base_spec(int w) const {
+    const Base& b = kBases[base_];
+    return b.key_param == std::string(b.value_param) ? fmt::format("{}:{}={}", kBaseNames[base_], b.key_param, w)
+                                                     : fmt::format("{}:{}={},{}={}", kBaseNames[base_], b.key_param, w,
+                                                                   b.value_param, w);
   }
   int lo() const { return lo_; }
   int hi() const { return hi_; }
@@ -180,6 +213,7 @@ class RateQuantMethod final : public MethodImpl {
   std::vector<std::shared_ptr<const MethodImpl>> by_width_;
   std::shared_ptr<const MethodImpl> fp16_;
   std::vector<std::array<int, 2>> alloc_;  // (key, value) width per layer; 0: fp16 (the probe)
+  bool probe_ = false;
 };
 
 const RateQuantMethod& ratequant_impl(const Method& m) {
@@ -201,51 +235,122 @@ std::vector<int> ratequant_widths(const Method& m) {
 
 int ratequant_budget(const Method& m, int units) {
   const RateQuantMethod& r = ratequant_impl(m);
-  const double total = r.avg() * units;
-  VQ_CHECK(std::fabs(total - std::round(total)) < 1e-9,
+  int total = 0;
+  VQ_CHECK(whole_budget(r.avg(), units, &total),
            fmt::format("'{}': avg={:g} over {} units (keys and values of each layer) is {:g} bits, not a whole number; "
-                       "choose an avg that is a multiple of 1/{}",
-                       m.spec(), r.avg(), units, total, units));
-  return int(std::lround(total));
+                       "choose an avg that is a multiple of 1/{} (to four decimals)",
+                       m.spec(), r.avg(), units, r.avg() * units, units));
+  return total;
 }
 
-Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits) {
-  auto p = ratequant_impl(m).probe(n_layers, layer, side, bits);
-  return Method(fmt::format("{} probe: layer {} {} at {} bits", m.spec(), layer, side == 0 ? "keys" : "values", bits), p,
-                p);
+bool ratequant_learns_per_width(const Method& m) { return ratequant_impl(m).learns_per_width(); }
+
+Method ratequant_base_method(const Method& m, int bits) {
+  const RateQuantMethod& r = ratequant_impl(m);
+  VQ_CHECK(bits >= r.lo() && bits <= r.hi(), "ratequant: base width out of range");
+  return parse_method(r.base_spec(bits));
 }
 
-Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
-                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe) {
+Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits,
+                              std::shared_ptr<const Calibration> base_calib) {
+  const RateQuantMethod& r = ratequant_impl(m);
+  auto p = r.probe(n_layers, layer, side, bits);
+  Method probe(fmt::format("{} probe: layer {} {} at {} bits", m.spec(), layer, side == 0 ? "keys" : "values", bits), p, p);
+  if (!r.learns_per_width()) return probe;
+  const std::string base = ratequant_base_method(m, bits).spec();
+  VQ_CHECK(base_calib && base_calib->spec == base && int(base_calib->layers.size()) == n_layers,
+           fmt::format("ratequant probe: the unit at {} bits needs the calibration of '{}'", bits, base));
+  auto c = std::make_shared<Calibration>(*base_calib);
+  c->spec = probe.spec();
+  return probe.with_calibration(c);
+}
+
+namespace {
+
+// The calibration of allocation `alloc` (key and value width of each layer, alternating) with its
+// probe table, and for a base that learns per width each layer's datatypes at its widths.
+Calibration assemble(const Method& m, const ModelIdentity& model, const std::string& source, int64_t tokens,
+                     const std::vector<std::array<std::vector<double>, 2>>& probe, const std::vector<int>& alloc,
+                     const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
   const int L = int(probe.size());
-  VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
-  const int total = ratequant_budget(m, 2 * L);
+  const bool per_width = ratequant_learns_per_width(m);
+  VQ_CHECK(!per_width || base_calibs.size() == widths.size(),
+           fmt::format("ratequant: '{}' needs its base's calibration at each of {} widths", m.spec(), widths.size()));
   Calibration c;
   c.spec = m.spec();
   c.model = model;
   c.source = source;
   c.tokens = tokens;
   c.probe_bits = widths;
-  std::vector<std::vector<double>> loss;
   for (int l = 0; l < L; ++l) {
     LayerCalibration lc;
     lc.head_dim = model.head_dim;
     for (int side = 0; side < 2; ++side) {
-      const auto& kl = probe[size_t(l)][size_t(side)];
-      VQ_CHECK(kl.size() == widths.size(), "ratequant: a probe row without one KL per width");
       std::vector<float>& row = side == 0 ? lc.key_probe_kl : lc.value_probe_kl;
-      for (double x : kl) row.push_back(float(x));
-      loss.emplace_back(row.begin(), row.end());
+      for (double x : probe[size_t(l)][size_t(side)]) row.push_back(float(x));
+    }
+    lc.key_bits = alloc[size_t(2 * l)];
+    lc.value_bits = alloc[size_t(2 * l + 1)];
+    if (per_width) {
+      // The datatype learned at each allocated width; KVQuant's key ranges do not depend on it.
+      const auto base = [&](int w) -> const LayerCalibration& {
+        const Calibration& b = *base_calibs[size_t(w - widths.front())];
+        VQ_CHECK(b.spec == ratequant_base_method(m, w).spec() && int(b.layers.size()) == L,
+                 fmt::format("ratequant: the base calibration at {} bits is '{}' of {} layers", w, b.spec, b.layers.size()));
+        return b.layers[size_t(l)];
+      };
+      const LayerCalibration& k = base(lc.key_bits);
+      lc.head_dim = k.head_dim;
+      lc.key_lo = k.key_lo;
+      lc.key_hi = k.key_hi;
+      lc.key_levels = k.key_levels;
+      lc.value_levels = base(lc.value_bits).value_levels;
     }
     c.layers.push_back(std::move(lc));
   }
-  const std::vector<int> alloc = allocate_bits(loss, widths.front(), total);
-  for (int l = 0; l < L; ++l) {
-    c.layers[size_t(l)].key_bits = alloc[size_t(2 * l)];
-    c.layers[size_t(l)].value_bits = alloc[size_t(2 * l + 1)];
-  }
   return c;
+}
+
+}  // namespace
+
+Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
+                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe,
+                                  const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
+  const std::vector<int> widths = ratequant_widths(m);
+  const int L = int(probe.size());
+  VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
+  const int total = ratequant_budget(m, 2 * L);
+  // The allocation is computed from the stored (float) values, so that a file's allocation
+  // follows from its own table.
+  std::vector<std::vector<double>> loss;
+  for (int l = 0; l < L; ++l) {
+    for (int side = 0; side < 2; ++side) {
+      const auto& kl = probe[size_t(l)][size_t(side)];
+      VQ_CHECK(kl.size() == widths.size(), "ratequant: a probe row without one KL per width");
+      loss.emplace_back();
+      for (double x : kl) loss.back().push_back(double(float(x)));
+    }
+  }
+  return assemble(m, model, source, tokens, probe, allocate_bits(loss, widths.front(), total), base_calibs);
+}
+
+Calibration ratequant_even_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
+                                       const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
+  const std::vector<int> widths = ratequant_widths(m);
+  const int L = model.n_layer, U = 2 * L, lo = widths.front();
+  VQ_CHECK(L >= 1, "ratequant: no layers");
+  const int extra = ratequant_budget(m, U) - lo * U;  // within [0, (hi - lo) * U]: avg is in [lo, hi]
+  // Spread over the order keys of layers 0..L-1, then values of layers 0..L-1, so both sides and
+  // all depths get their share.
+  std::vector<int> alloc;
+  for (int u = 0; u < U; ++u) {
+    const int64_t p = (u % 2) * L + u / 2;
+    alloc.push_back(lo + int((p + 1) * extra / U - p * extra / U));
+  }
+  std::vector<std::array<std::vector<double>, 2>> probe(
+      static_cast<size_t>(L), {std::vector<double>(widths.size(), 0.0), std::vector<double>(widths.size(), 0.0)});
+  return assemble(m, model, source, 0, probe, alloc, base_calibs);
 }
 
 const MethodDef& ratequant_method() {
@@ -253,8 +358,8 @@ const MethodDef& ratequant_method() {
       {"ratequant",
        "RateQuant: per-layer key and value bit widths over a base method, from a KL sensitivity probe (needs calibrate)",
        {
-           {"base", ParamType::kChoice, 0, 0, 1, "base method (its other parameters at their defaults)",
-            {kBaseNames[0], kBaseNames[1]}},
+           {"base", ParamType::kChoice, 0, 0, 2, "base method (its other parameters at their defaults)",
+            {kBaseNames[0], kBaseNames[1], kBaseNames[2]}},
            {"avg", ParamType::kFloat, 3, 1, 8, "average bit width over all layers' keys and values (met exactly)", {}},
            {"lo", ParamType::kInt, 2, 1, 8, "fewest bits a unit may get", {}},
            {"hi", ParamType::kInt, 4, 1, 8, "most bits a unit may get", {}},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,14 +21,32 @@ std::vector<int> ratequant_widths(const Method& m);
 // that is not a whole number of bits.
 int ratequant_budget(const Method& m, int units);
 
+// Whether m's base learns a datatype per width (kvquant): then the probe and the allocation need
+// the base's calibration at every candidate width.
+bool ratequant_learns_per_width(const Method& m);
+// m's base method at `bits`, every other parameter at its default (what `calibrate` learns per
+// width when ratequant_learns_per_width(m)).
+Method ratequant_base_method(const Method& m, int bits);
+
 // The probe's method: m's base method at `bits` on the keys (side 0) or values (side 1) of
 // `layer` of an n_layers model, and fp16 everywhere else (exactly what an fp16 cache holds).
-Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits);
+// A base that learns per width takes `base_calib`, its calibration at `bits`.
+Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits,
+                              std::shared_ptr<const Calibration> base_calib = nullptr);
 
 // probe[layer][side][i]: the probe's mean KL with that unit alone at width widths[i]. Returns the
 // calibration holding the table (as float, the allocation is computed from the stored values so
-// that a file's allocation follows from its own table) and the exact allocation.
+// that a file's allocation follows from its own table) and the exact allocation; for a base that
+// learns per width, also each layer's datatypes at its allocated widths, from base_calibs[i] (the
+// base's calibration at widths[i]).
 Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
-                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe);
+                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe,
+                                  const std::vector<std::shared_ptr<const Calibration>>& base_calibs = {});
+
+// For benchmarks on synthetic data, with no model to probe: the budget spread as evenly as whole
+// widths allow over the 2 * model.n_layer units (both sides and all depths get their share), a
+// probe table of zeros, and the base's datatypes from base_calibs as above.
+Calibration ratequant_even_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
+                                       const std::vector<std::shared_ptr<const Calibration>>& base_calibs = {});
 
 }  // namespace vq::kv
