@@ -28,7 +28,7 @@ std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Mod
   std::vector<float> logits;
   for (const std::vector<int32_t>& chunk : chunks) {
     {
-      engine::Session ref(model, kv::parse_method("fp16"), n_ctx);
+      engine::Session ref(model, kv::ratequant_probe_reference(method, L), n_ctx);
       ref.feed_select(chunk, want, &logits);
     }
     const ReferenceDistributions p(logits, rows, V);

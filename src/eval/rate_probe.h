@@ -1,7 +1,8 @@
 // RateQuant's sensitivity probe: for every (layer, side, candidate width), the model runs over
 // the calibration chunks with only that unit compressed by the base method at that width
-// (everything else fp16), and the mean KL of its next-token distributions against an fp16
-// cache's is recorded. Scored positions are the second half of each chunk, as perplexity scores.
+// (everything else fp16), and the mean KL of its next-token distributions against the probe's
+// reference is recorded: every unit fp16, with the base's fp16 sinks and windows
+// (kv::ratequant_probe_reference). Scored positions are the second half of each chunk, as perplexity scores.
 #pragma once
 
 #include <array>

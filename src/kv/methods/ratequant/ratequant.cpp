@@ -162,14 +162,15 @@ class RateQuantMethod final : public MethodImpl {
     return m;
   }
 
-  // For the probe: one unit at `bits`, fp16 elsewhere.
+  // For the probe: one unit at `bits`, fp16 elsewhere; with layer = -1, no unit (the reference).
   std::shared_ptr<const MethodImpl> probe(int n_layers, int layer, int side, int bits) const {
-    VQ_CHECK(layer >= 0 && layer < n_layers && side >= 0 && side < 2 && bits >= lo_ && bits <= hi_,
+    VQ_CHECK(n_layers >= 1 && layer >= -1 && layer < n_layers && side >= 0 && side < 2 &&
+                 (layer < 0 || (bits >= lo_ && bits <= hi_)),
              "ratequant probe: unit or width out of range");
     auto m = std::make_shared<RateQuantMethod>(*this);
     m->probe_ = true;
     m->alloc_.assign(size_t(n_layers), {0, 0});
-    m->alloc_[size_t(layer)][size_t(side)] = bits;
+    if (layer >= 0) m->alloc_[size_t(layer)][size_t(side)] = bits;
     return m;
   }
   bool learns_per_width() const { return kBases[base_].learns_per_width; }
@@ -249,6 +250,11 @@ Method ratequant_base_method(const Method& m, int bits) {
   const RateQuantMethod& r = ratequant_impl(m);
   VQ_CHECK(bits >= r.lo() && bits <= r.hi(), "ratequant: base width out of range");
   return parse_method(r.base_spec(bits));
+}
+
+Method ratequant_probe_reference(const Method& m, int n_layers) {
+  auto p = ratequant_impl(m).probe(n_layers, -1, 0, 0);
+  return Method(fmt::format("{} probe reference", m.spec()), p, p);
 }
 
 Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits,

@@ -34,6 +34,13 @@ Method ratequant_base_method(const Method& m, int bits);
 Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits,
                               std::shared_ptr<const Calibration> base_calib = nullptr);
 
+// The probe's reference: every unit fp16, with the base's fp16 sinks and windows, exactly what
+// the probe's cache holds outside its one unit. (Against a plain fp16 cache, the sinks and
+// windows alone, which hold the same fp16 numbers and change only the order of float sums, move
+// the next-token KL of Gemma 3 270M Q4_K_M by a few 1e-3: fp16:sink=1 against fp16 is 0.004 on
+// 1024 tokens, as large as a 4-bit KVQuant unit's own effect.)
+Method ratequant_probe_reference(const Method& m, int n_layers);
+
 // probe[layer][side][i]: the probe's mean KL with that unit alone at width widths[i]. Returns the
 // calibration holding the table (as float, the allocation is computed from the stored values so
 // that a file's allocation follows from its own table) and the exact allocation; for a base that
