@@ -15,7 +15,8 @@
 namespace vq::kv::testing {
 namespace {
 
-// At 2 and 4 bits with whole 16-token groups KIVI takes the lane kernels (kivi_lanes.cpp). Their
+// At 2, 3 and 4 bits with whole 16-token groups KIVI takes the lane kernels (kivi_lanes.cpp; 3
+// bits when d is a multiple of 32). Their
 // scores hold each row's group-folded query q_c s_c in 16-bit fixed point: the exact bound is
 // checked by KeyScoresWithinTheHeldQueryBound, and here they are held to 1e-3 of |q| |k| (a
 // sanity bound). Their accumulation holds the weights in fixed point, as q4 does
@@ -27,9 +28,11 @@ void check_lanes(const std::string& spec, const std::vector<int>& dims, int toke
 }
 
 TEST(Method_kivi, FusedEqualsReference) {
-  for (const char* spec : {"kivi:kbits=3,vbits=3,residual=32", "kivi:group=24,residual=40"}) {
-    check_all(spec, {64, 80, 128}, 80);
-  }
+  check_all("kivi:group=24,residual=40", {64, 80, 128}, 80);
+  // 3 bits takes the lanes where d is a multiple of 32, the packed path at d = 80.
+  check_lanes("kivi:kbits=3,vbits=3,residual=32", {64, 80, 128}, 80);
+  check_lanes("kivi:kbits=3,vbits=2,residual=32", {96}, 80);
+  check_lanes("kivi:kbits=2,vbits=3,residual=32", {256}, 80);
   // Per-token keys take the packed path; their 2-bit values the lane kernel.
   for (int d : {64, 80, 128}) check_all("kivi:kaxis=token,residual=32", {d}, 80, 1e-5, fixed_point_tol(d));
   for (const char* spec : {"kivi:residual=32", "kivi:kbits=4,vbits=4,residual=32"}) check_lanes(spec, {64, 80, 128}, 80);
@@ -89,7 +92,7 @@ void check_held_query_bound(const std::string& spec, int bits, int d, Data kind,
 
 TEST(Method_kivi, KeyScoresWithinTheHeldQueryBound) {
   const int tried = for_each_supported_target([] {
-    for (int bits : {2, 4}) {
+    for (int bits : {2, 3, 4}) {
       const std::string spec = "kivi:kbits=" + std::to_string(bits) + ",residual=32";
       for (int d : {64, 80, 128}) {
         for (Data kind : {Data::kGaussian, Data::kOutliers, Data::kZeros, Data::kConstant, Data::kHuge}) {
@@ -111,6 +114,7 @@ TEST(Method_kivi, EveryTargetMatchesReference) {
   const int tried = for_each_supported_target([] {
     check_lanes("kivi:residual=32", {64, 128}, 80);
     check_lanes("kivi:kbits=4,vbits=4,residual=32", {64}, 80);
+    check_lanes("kivi:kbits=3,vbits=3,residual=32", {64, 128}, 80);
   });
   EXPECT_GE(tried, 2);  // the best target and the scalar one
 }

@@ -66,20 +66,27 @@ TEST(Method_qjl, LaneKeysWithOutliersOnEveryTarget) {
 }
 
 // Outlier indices outside the head or repeated (a crafted saved cache) are read safely, in the row
-// layout (group 8) and the lane layout (group 16; 3-bit values, whose float kernel the check's
-// tolerance fits).
+// layout (group 8) and the lane layout (group 16). The values are KIVI's lane codecs, whose
+// weights are held in 16-bit fixed point: over one block of 16 tokens that is within 1e-3 of the
+// sum of |w v| (the check's float tolerance is 1e-4).
 TEST(Method_qjl, DamagedOutlierIndicesAreSkipped) {
   for (const char* spec : {"qjl:m=64,outliers=4,group=8", "qjl:m=64,outliers=4,group=16,vbits=3"}) {
     SCOPED_TRACE(spec);
-    check_damaged_blocks(spec, 64, [](uint8_t* block, bool is_key) {
-      if (!is_key) return;  // the value side is KIVI's, with no indices
-      block[0] = 200;       // outside d = 64
-      block[1] = 255;
-      block[2] = block[3];  // a repeat
-    });
-    check_damaged_blocks(spec, 512, [](uint8_t* block, bool is_key) {
-      if (is_key) block[0] = block[1] = 0xFF;  // u16 index 65535, outside d = 512
-    });
+    check_damaged_blocks(
+        spec, 64,
+        [](uint8_t* block, bool is_key) {
+          if (!is_key) return;  // the value side is KIVI's, with no indices
+          block[0] = 200;       // outside d = 64
+          block[1] = 255;
+          block[2] = block[3];  // a repeat
+        },
+        1e-3);
+    check_damaged_blocks(
+        spec, 512,
+        [](uint8_t* block, bool is_key) {
+          if (is_key) block[0] = block[1] = 0xFF;  // u16 index 65535, outside d = 512
+        },
+        1e-3);
   }
 }
 

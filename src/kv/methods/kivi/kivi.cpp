@@ -14,7 +14,8 @@
 // sum_c q_c z_c, so the query is scaled by the group's scales once and each token costs one dot
 // product with its codes (widened to floats a group at a time). Values: the tokens of an
 // attention tile are decoded into a cache-resident scratch and accumulated by the shared fused
-// kernel. At 2 and 4 bits (the defaults) the codes take the layout of kivi_lanes.h instead, whose
+// kernel. At 2, 3 and 4 bits the codes take the layout of kivi_lanes.h instead (3 bits when the
+// head size is a multiple of 32, as lo + 4 hi in a 2-bit and a 1-bit plane), whose
 // fused paths are integer byte dot products with the query (folded with the group's scales) and
 // the weights held in 16-bit fixed point: a deliberate deviation from KIVI's fp16 arithmetic,
 // each operand within 1/65024 of its group's or run's largest magnitude.

@@ -53,7 +53,7 @@ HWY_INLINE void ZeroSums(VI (*lo)[kParts], VI (*hi)[kParts]) {
 template <int kBits, int j, int kPass, int kStride>
 HWY_INLINE void DotField(const VU* x, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts], VI (*hi)[kParts]) {
   const DI di;
-  constexpr uint32_t kMask = kBits == 2 ? 0x03030303u : 0x0F0F0F0Fu;
+  constexpr uint32_t kMask = 0x01010101u * ((1u << kBits) - 1);
   VI u[kParts];
   for (int p = 0; p < kParts; ++p) {
     u[p] = hn::BitCast(di, hn::And(j == 0 ? x[p] : hn::ShiftRight<kBits * j>(x[p]), hn::Set(DU(), kMask)));
@@ -89,7 +89,7 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 }
 
 // Stores the two byte planes of T (|T| <= 32512): lo = T - 256 hi at `to`, hi = (T + 128) >> 8
-// at to + C. With U = T + 128, hi is U's second byte and lo its first byte with the top bit
+// at to + C (C = 16, or 32 for the 1-bit plane of 3-bit keys). With U = T + 128, hi is U's second byte and lo its first byte with the top bit
 // flipped (adding 128 flips bit 7 of the low byte). On AVX-512 VBMI one vpermb gathers both
 // planes of 16 lanes into 32 contiguous bytes (C = 16), an xor fixes lo, and one store writes
 // them: two truncating stores (vpmovdb, two shuffle uops each on the Intel and AMD cores measured)
@@ -99,8 +99,7 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 template <int C, class D8, class VI32>
 HWY_INLINE void StorePlanes(D8 d8, VI32 T, int8_t* HWY_RESTRICT to) {
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (sizeof(T.raw) == 64) {
-    static_assert(C == 16, "16 lanes fill one chunk's two planes");
+  if constexpr (sizeof(T.raw) == 64 && C == 16) {  // 16 lanes fill one chunk's two planes
     // Bytes 0 (lo, flipped) and 1 (hi) of each 32-bit lane to bytes 0-15 and 16-31.
     const __m512i order = _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
                                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //

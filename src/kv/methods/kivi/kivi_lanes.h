@@ -1,6 +1,6 @@
-// KIVI's 2- and 4-bit codes laid out for integer byte dot products (vpdpbusd), and the kernels
-// that read them (kivi_key_kernels.cpp, kivi_value_kernels.cpp). KIVI's quantizer (kivi.cpp) is
-// unchanged; only where its codes sit is, and how the fused paths multiply them.
+// KIVI's 2-, 3- and 4-bit codes laid out for integer byte dot products (vpdpbusd), and the
+// kernels that read them (kivi_key_kernels.cpp, kivi_value_kernels.cpp). KIVI's quantizer
+// (kivi.cpp) is unchanged; only where its codes sit is, and how the fused paths multiply them.
 //
 // Both layouts put four codes of one 32-bit lane in its four bytes, several codes of b bits per
 // byte (8/b "fields", field j at bits b*j). A shift by b*j and a mask (0x03030303 or 0x0F0F0F0F)
@@ -21,9 +21,16 @@
 //        zeros' share, sum w * zero per group, is summed in float apart and added back to the
 //        group's channels at the end.
 //
+//   3 bits: a code is lo + 4 hi, its two low bits in a 2-bit plane and its high bit in a 1-bit
+//        plane after it, each plane in the layout above for its width (keys: chunks of 16 and of
+//        32 channels; values: the 1-bit plane of chunks 2k and 2k + 1 shares one vector of 16
+//        words, chunk 2k in fields 0-3 and 2k + 1 in fields 4-7). The kernels sum the 1-bit
+//        plane, multiply the integer sums by 4, and add the 2-bit plane: exact, as at 2 and 4.
+//
 // The bytes per token are exactly those of the packed layout, so bits per element are
-// unchanged. Applies when b is 2 or 4 and (keys) d % C == 0, R and G multiples of 16, (values)
-// d and G multiples of 16; otherwise KIVI keeps its packed layout.
+// unchanged. Applies when b is 2, 3 or 4 and (keys) d % C == 0 (d % 32 at 3 bits), R and G
+// multiples of 16, (values) d and G multiples of 16 (d of 32 at 3 bits); otherwise KIVI keeps
+// its packed layout.
 #pragma once
 
 #include <cstddef>
