@@ -8,13 +8,13 @@
 //
 // Units are (layer, side): a layer's keys and its values each get a width in [lo, hi], and the
 // widths average exactly `avg` over all 2 * n_layer units (avg may be written to four decimals:
-// 2.1389 for 77 bits over 36 units). `veloxquant calibrate` measures, on
-// calibration text, the mean KL of the next-token distribution against an fp16 cache when only
-// one unit is compressed by the base method at one width (everything else fp16), for every unit
-// and width; the allocation minimizes the summed probe KL under the budget (additive
-// sensitivities, the usual first-order assumption; src/kv/calib/rate_allocation.h solves it
-// exactly). The probe table and the allocation live in the calibration file; `veloxquant
-// inspect --calib FILE` prints them.
+// 2.1389 for 77 bits over 36 units). `veloxquant calibrate` measures, on calibration text, the
+// mean KL of the next-token distribution when only one unit is compressed by the base method at
+// one width (everything else fp16), for every unit and width, against the same cache with no unit
+// compressed (ratequant_probe_reference: the base's fp16 sinks and windows kept); the allocation
+// minimizes the summed probe KL under the budget (additive sensitivities, the usual first-order
+// assumption; src/kv/calib/rate_allocation.h solves it exactly). The probe table and the
+// allocation live in the calibration file; `veloxquant inspect --calib FILE` prints them.
 //
 // Bases: kivi (kbits for keys, vbits for values), turbo (bits) and kvquant (bits), every other
 // base parameter at its default (kivi: group=32, residual=128; turbo: seed, no window, no sinks;
