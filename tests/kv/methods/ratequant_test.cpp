@@ -274,22 +274,19 @@ TEST(Method_ratequant, KvquantBaseUsesEachWidthsDatatype) {
       const CodecContext bctx{d, l, neox(), &b.layers[size_t(l)]};
       // The same codec: the same bytes for the same tokens.
       const auto x = make_data(Data::kOutliers, 16, d, 40 + uint64_t(l));
+      const auto encoded = [&](const auto& codec) {
+        std::vector<uint8_t> block(codec->block_bytes());
+        codec->encode(x.data(), 0, block.data());
+        return block;
+      };
       std::vector<uint8_t> mine, theirs;
       if (side == 0) {
-        const auto a = m.keys().key_codec(ctx), r = at.keys().key_codec(bctx);
-        ASSERT_EQ(a->block_bytes(), r->block_bytes());
-        mine.resize(a->block_bytes());
-        theirs.resize(r->block_bytes());
-        a->encode(x.data(), 0, mine.data());
-        r->encode(x.data(), 0, theirs.data());
+        mine = encoded(m.keys().key_codec(ctx));
+        theirs = encoded(at.keys().key_codec(bctx));
         kb += at.keys().key_bits(d) / L;
       } else {
-        const auto a = m.values().value_codec(ctx), r = at.values().value_codec(bctx);
-        ASSERT_EQ(a->block_bytes(), r->block_bytes());
-        mine.resize(a->block_bytes());
-        theirs.resize(r->block_bytes());
-        a->encode(x.data(), 0, mine.data());
-        r->encode(x.data(), 0, theirs.data());
+        mine = encoded(m.values().value_codec(ctx));
+        theirs = encoded(at.values().value_codec(bctx));
         vb += at.values().value_bits(d) / L;
       }
       EXPECT_EQ(mine, theirs) << "layer " << l << " side " << side;
