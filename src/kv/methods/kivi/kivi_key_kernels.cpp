@@ -39,16 +39,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 // exact; a score is unit * (256 sum_hi + sum_lo) + sum_c q_c z_c.
 
 
-// Query bytes of a group (FoldGroup): chunk-major, [d/C chunks][kRows][2 planes (lo, hi)][C].
-// At 3 bits the query is held twice, in the 2-bit layout (C = 16) and after it in the 1-bit
-// layout (C = 32), one for each plane of the codes.
-template <int kBits, int kRows>
-constexpr size_t QueryBytesAt(int ch, int r, int plane) {
-  return (size_t(ch) * kRows * 2 + size_t(r) * 2 + size_t(plane)) * (32 / kBits);
+// Query bytes of a group (FoldGroup): chunk-major, [d/C chunks][kRows][2 planes (lo, hi)][C],
+// C = 32 / b channels a chunk (16 at 3 bits: the chunks of the codes' 2-bit plane).
+template <int kBits>
+constexpr int ChunkChannels() {
+  return kBits == 3 ? 16 : 32 / kBits;
 }
 template <int kBits, int kRows>
-constexpr size_t QueryPlaneBytes(int d) {
-  return size_t(d) * kRows * 2;  // one layout: d channels, kRows rows, two byte planes
+constexpr size_t QueryBytesAt(int ch, int r, int plane) {
+  return (size_t(ch) * kRows * 2 + size_t(r) * 2 + size_t(plane)) * ChunkChannels<kBits>();
 }
 
 template <int kBits, int kRows, int kPass, size_t... J>
@@ -57,40 +56,44 @@ HWY_INLINE void ScoreChunk(const VU* x, const int8_t* qc, VI (*lo)[kParts], VI (
   (DotField<kBits, int(J), kPass, 32 / kBits>(x, qc, 4 * int(J), lo, hi), ...);
 }
 
-// The chunks of one plane of b bits (C = 32 / b channels a word) added to kPass rows' sums.
-template <int kBits, int kRows, int kPass>
-HWY_INLINE void AddPlane(const int8_t* HWY_RESTRICT qi, int r0, const uint32_t* words, int n_chunks,
-                         VI (*lo)[kParts], VI (*hi)[kParts]) {
-  const DU du;
-  for (int ch = 0; ch < n_chunks; ++ch) {
-    VU x[kParts];
-    for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
-    ScoreChunk<kBits, kRows, kPass>(x, qi + QueryBytesAt<kBits, kRows>(ch, r0, 0), lo, hi,
-                                    std::make_index_sequence<8 / kBits>());
-  }
-}
-
-// Rows r0 .. r0+kPass-1 of ScoreSub. At 3 bits a code is lo + 4 hi: the 1-bit plane of the hi
-// bits (after the 2-bit plane's d / 16 chunks) is summed first against the query held in its own
-// layout (qi + QueryPlaneBytes<2>), the sums are multiplied by 4 (exact in 32 bits), and the 2-bit
-// plane is added.
+// Rows r0 .. r0+kPass-1 of ScoreSub. At 3 bits a code is lo + 4 hi: chunk ch of the 2-bit plane
+// (16 channels) and fields 4 (ch % 2) .. +3 of chunk ch / 2 of the 1-bit plane after it hold the
+// same channels, joined into one byte a code before each dot product (DotField3).
 template <int kBits, int kRows, int kPass>
 HWY_INLINE void ScoreSubPass(const int8_t* HWY_RESTRICT qi, const float* unit, const float* bias, int r0,
                              const uint32_t* words, int d, float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
+  const DU du;
   VI lo[kPass][kParts], hi[kPass][kParts];
   ZeroSums<kPass>(lo, hi);
   if constexpr (kBits == 3) {
-    AddPlane<1, kRows, kPass>(qi + QueryPlaneBytes<2, kRows>(d), r0, words + size_t(d / 16) * kSub, d / 32, lo, hi);
-    for (int r = 0; r < kPass; ++r) {
+    const uint32_t* high = words + size_t(d / 16) * kSub;
+    for (int ch = 0; ch < d / 16; ++ch) {
+      VU x2[kParts], x1[kParts];
       for (int p = 0; p < kParts; ++p) {
-        lo[r][p] = hn::ShiftLeft<2>(lo[r][p]);
-        hi[r][p] = hn::ShiftLeft<2>(hi[r][p]);
+        x2[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
+        x1[p] = hn::LoadU(du, high + size_t(ch / 2) * kSub + p * kLanes);
+      }
+      const int8_t* qc = qi + QueryBytesAt<3, kRows>(ch, r0, 0);
+      if (ch % 2 == 0) {
+        DotField3<0, 0, kPass, 16>(x2, x1, qc, 0, lo, hi);
+        DotField3<1, 1, kPass, 16>(x2, x1, qc, 4, lo, hi);
+        DotField3<2, 2, kPass, 16>(x2, x1, qc, 8, lo, hi);
+        DotField3<3, 3, kPass, 16>(x2, x1, qc, 12, lo, hi);
+      } else {
+        DotField3<0, 4, kPass, 16>(x2, x1, qc, 0, lo, hi);
+        DotField3<1, 5, kPass, 16>(x2, x1, qc, 4, lo, hi);
+        DotField3<2, 6, kPass, 16>(x2, x1, qc, 8, lo, hi);
+        DotField3<3, 7, kPass, 16>(x2, x1, qc, 12, lo, hi);
       }
     }
-    AddPlane<2, kRows, kPass>(qi, r0, words, d / 16, lo, hi);
   } else {
-    AddPlane<kBits, kRows, kPass>(qi, r0, words, d / (32 / kBits), lo, hi);
+    for (int ch = 0; ch < d / (32 / kBits); ++ch) {
+      VU x[kParts];
+      for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
+      ScoreChunk<kBits, kRows, kPass>(x, qi + QueryBytesAt<kBits, kRows>(ch, r0, 0), lo, hi,
+                                      std::make_index_sequence<8 / kBits>());
+    }
   }
   for (int r = 0; r < kPass; ++r) {
     const VF a = hn::Set(df, unit[r0 + r]), b = hn::Set(df, bias[r0 + r]);
@@ -119,7 +122,7 @@ HWY_INLINE void ScoreSub(const int8_t* HWY_RESTRICT qi, const float* unit, const
 template <int kBits, int kRows>
 HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::float16_t* HWY_RESTRICT sz, int d,
                           float* HWY_RESTRICT prod, int8_t* HWY_RESTRICT qi, float* unit, float* bias) {
-  constexpr int C = kBits == 3 ? 16 : 32 / kBits;
+  constexpr int C = ChunkChannels<kBits>();
   const hn::CappedTag<float, C> dc;  // at most one chunk per vector
   using V = hn::Vec<decltype(dc)>;
   const int N = int(hn::Lanes(dc));
@@ -148,12 +151,7 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
     for (int r = 0; r < kRows; ++r) {
       // |T| <= 32512 up to the rounding of the products: hi and lo are in -128..127.
       const auto T = RoundToInt(hn::Mul(hn::LoadU(dc, prod + size_t(r) * d + c), inv[r]));
-      if constexpr (kBits == 3) {
-        StorePlanes<16>(d8, T, qi + QueryBytesAt<2, kRows>(c / 16, r, 0) + c % 16);
-        StorePlanes<32>(d8, T, qi + QueryPlaneBytes<2, kRows>(d) + QueryBytesAt<1, kRows>(c / 32, r, 0) + c % 32);
-      } else {
-        StorePlanes<C>(d8, T, qi + QueryBytesAt<kBits, kRows>(c / C, r, 0) + c % C);
-      }
+      StorePlanes<C>(d8, T, qi + QueryBytesAt<kBits, kRows>(c / C, r, 0) + c % C);
     }
   }
 }
@@ -166,7 +164,7 @@ void KeyScoresRows(const float* q, size_t qs, const uint8_t* blocks, size_t bb, 
                    int64_t i1, float* out, size_t out_stride) {
   const size_t params = size_t(R / G) * d * 4, sub = size_t(d) * kBits / 32 * kSub * 4;
   alignas(64) float prod[kRows * 4096];
-  alignas(64) int8_t qi[kRows * (kBits == 3 ? 4 : 2) * 4096];
+  alignas(64) int8_t qi[kRows * 2 * 4096];
   float unit[kRows], bias[kRows];
   alignas(64) float tmp[kRows * kSub];
   for (int64_t i = i0; i < i1;) {

@@ -47,17 +47,11 @@ HWY_INLINE void ZeroSums(VI (*lo)[kParts], VI (*hi)[kParts]) {
   }
 }
 
-// Field j of every byte of x (four codes per lane, kivi_lanes.h) times four signed bytes of each
-// plane, added to kPass rows' plane sums: row r's lo word is at base + 2 r kStride + at, its hi
-// word kStride bytes after it.
-template <int kBits, int j, int kPass, int kStride>
-HWY_INLINE void DotField(const VU* x, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts], VI (*hi)[kParts]) {
+// Four codes per lane (u's bytes) times four signed bytes of each plane, added to kPass rows'
+// plane sums: row r's lo word is at base + 2 r kStride + at, its hi word kStride bytes after it.
+template <int kPass, int kStride>
+HWY_INLINE void DotCodes(const VI* u, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts], VI (*hi)[kParts]) {
   const DI di;
-  constexpr uint32_t kMask = 0x01010101u * ((1u << kBits) - 1);
-  VI u[kParts];
-  for (int p = 0; p < kParts; ++p) {
-    u[p] = hn::BitCast(di, hn::And(j == 0 ? x[p] : hn::ShiftRight<kBits * j>(x[p]), hn::Set(DU(), kMask)));
-  }
   for (int r = 0; r < kPass; ++r) {
     const AliasedI32* wl = reinterpret_cast<const AliasedI32*>(base + 2 * r * kStride + at);
     const AliasedI32* wh = reinterpret_cast<const AliasedI32*>(base + (2 * r + 1) * kStride + at);
@@ -66,6 +60,36 @@ HWY_INLINE void DotField(const VU* x, const int8_t* HWY_RESTRICT base, int at, V
       hi[r][p] = DotBytesWord(di, hi[r][p], u[p], wh);
     }
   }
+}
+
+// Field j of every byte of x (four codes per lane, kivi_lanes.h) times four signed bytes of each
+// plane (DotCodes).
+template <int kBits, int j, int kPass, int kStride>
+HWY_INLINE void DotField(const VU* x, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts], VI (*hi)[kParts]) {
+  const DI di;
+  constexpr uint32_t kMask = 0x01010101u * ((1u << kBits) - 1);
+  VI u[kParts];
+  for (int p = 0; p < kParts; ++p) {
+    u[p] = hn::BitCast(di, hn::And(j == 0 ? x[p] : hn::ShiftRight<kBits * j>(x[p]), hn::Set(DU(), kMask)));
+  }
+  DotCodes<kPass, kStride>(u, base, at, lo, hi);
+}
+
+// 3-bit codes lo + 4 hi: field j of the 2-bit plane's words x2 and field f of the 1-bit plane's
+// words x1 (the same four channels or tokens) joined into one byte each, then DotCodes: one dot
+// product per field as at 2 bits, for a shift, a mask and an or more.
+template <int j, int f, int kPass, int kStride>
+HWY_INLINE void DotField3(const VU* x2, const VU* x1, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts],
+                          VI (*hi)[kParts]) {
+  const DI di;
+  const DU du;
+  VI u[kParts];
+  for (int p = 0; p < kParts; ++p) {
+    const VU l = hn::And(j == 0 ? x2[p] : hn::ShiftRight<2 * j>(x2[p]), hn::Set(du, 0x03030303u));
+    const VU h = hn::And(f == 0 ? x1[p] : hn::ShiftRight<f>(x1[p]), hn::Set(du, 0x01010101u));
+    u[p] = hn::BitCast(di, hn::Or(l, hn::ShiftLeft<2>(h)));
+  }
+  DotCodes<kPass, kStride>(u, base, at, lo, hi);
 }
 
 

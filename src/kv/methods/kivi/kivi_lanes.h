@@ -24,8 +24,9 @@
 //   3 bits: a code is lo + 4 hi, its two low bits in a 2-bit plane and its high bit in a 1-bit
 //        plane after it, each plane in the layout above for its width (keys: chunks of 16 and of
 //        32 channels; values: the 1-bit plane of chunks 2k and 2k + 1 shares one vector of 16
-//        words, chunk 2k in fields 0-3 and 2k + 1 in fields 4-7). The kernels sum the 1-bit
-//        plane, multiply the integer sums by 4, and add the 2-bit plane: exact, as at 2 and 4.
+//        words, chunk 2k in fields 0-3 and 2k + 1 in fields 4-7). The kernels join a field of
+//        the 2-bit plane and the matching field of the 1-bit plane into one byte a code (a shift,
+//        a mask and an or) and take one dot product per field, as at 2 bits: exact sums.
 //
 // The bytes per token are exactly those of the packed layout, so bits per element are
 // unchanged. Applies when b is 2, 3 or 4 and (keys) d % C == 0 (d % 32 at 3 bits), R and G

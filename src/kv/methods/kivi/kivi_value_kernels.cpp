@@ -111,69 +111,57 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
   }
 }
 
-// The 16 tokens' codes of chunk ch's plane of b bits (2 or 4: the chunk's b/2 vectors; 1: fields
-// f0 .. f0+3 of the vector it shares with the neighbouring chunk) times the staged weights, over
-// the run's nb sub-blocks, added to kPass rows' sums.
+// Query rows r0 .. r0+kPass-1, channels of chunk ch (16, in kParts vectors): acc += factor *
+// (256 sum_hi + sum_lo) over the run's nb sub-blocks. At 3 bits a code is lo + 4 hi: chunk ch's
+// vector of the 2-bit plane and fields 4 (ch % 2) .. +3 of the 1-bit plane's vector shared by
+// chunks ch and ch ^ 1 (after the 2-bit plane's 4d bytes) hold the same tokens, joined into one
+// byte a code before each dot product (DotField3).
 template <int kBits, int kRows, int kPass>
-HWY_INLINE void AddPlane(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, size_t offset, int f0,
-                         const RunWeights<kRows>& W, int r0, VI (*lo)[kParts], VI (*hi)[kParts]) {
-  constexpr int kVecs = kBits == 1 ? 1 : kBits / 2;  // vectors of 16 channels per chunk and sub-block
-  constexpr int kTokens = 4 * (8 / kBits);            // tokens per vector (2 and 4 bits)
+HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int d, int ch,
+                                const RunWeights<kRows>& W, int r0, const float* factor, float* HWY_RESTRICT acc,
+                                size_t acc_stride) {
+  constexpr int kVecs = kBits == 3 ? 1 : kBits / 2;  // vectors of 16 channels per chunk and sub-block
+  constexpr int kFields = kBits == 3 ? 4 : 8 / kBits;  // codes per byte (of the 2-bit plane at 3 bits)
+  constexpr int kTokens = 4 * kFields;                  // tokens per vector
+  const DF df;
   const DU du;
+  VI lo[kPass][kParts], hi[kPass][kParts];
+  ZeroSums<kPass>(lo, hi);
   for (int bi = 0; bi < nb; ++bi) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(run + size_t(bi) * bb + offset);
+    const uint8_t* sub = run + size_t(bi) * bb;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(sub) + size_t(ch) * kVecs * kSub;
     const int8_t* planes = W.planes[bi][r0][0];  // the rows' words are constant offsets from it
-    for (int h = 0; h < kVecs; ++h) {
-      VU x[kParts];
-      for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + h * kSub + p * kLanes);
-      if constexpr (kBits == 1) {
-        // Field f0 + j's bytes are tokens 4 j .. 4 j + 3 (f0 is 0 or 4).
-        if (f0 == 0) {
-          DotField<1, 0, kPass, kSub>(x, planes, 0, lo, hi);
-          DotField<1, 1, kPass, kSub>(x, planes, 4, lo, hi);
-          DotField<1, 2, kPass, kSub>(x, planes, 8, lo, hi);
-          DotField<1, 3, kPass, kSub>(x, planes, 12, lo, hi);
-        } else {
-          DotField<1, 4, kPass, kSub>(x, planes, 0, lo, hi);
-          DotField<1, 5, kPass, kSub>(x, planes, 4, lo, hi);
-          DotField<1, 6, kPass, kSub>(x, planes, 8, lo, hi);
-          DotField<1, 7, kPass, kSub>(x, planes, 12, lo, hi);
-        }
+    if constexpr (kBits == 3) {
+      const uint32_t* high = reinterpret_cast<const uint32_t*>(sub + size_t(d) * 4) + size_t(ch / 2) * kSub;
+      VU x2[kParts], x1[kParts];
+      for (int p = 0; p < kParts; ++p) {
+        x2[p] = hn::LoadU(du, words + p * kLanes);
+        x1[p] = hn::LoadU(du, high + p * kLanes);
+      }
+      if (ch % 2 == 0) {
+        DotField3<0, 0, kPass, kSub>(x2, x1, planes, 0, lo, hi);
+        DotField3<1, 1, kPass, kSub>(x2, x1, planes, 4, lo, hi);
+        DotField3<2, 2, kPass, kSub>(x2, x1, planes, 8, lo, hi);
+        DotField3<3, 3, kPass, kSub>(x2, x1, planes, 12, lo, hi);
       } else {
+        DotField3<0, 4, kPass, kSub>(x2, x1, planes, 0, lo, hi);
+        DotField3<1, 5, kPass, kSub>(x2, x1, planes, 4, lo, hi);
+        DotField3<2, 6, kPass, kSub>(x2, x1, planes, 8, lo, hi);
+        DotField3<3, 7, kPass, kSub>(x2, x1, planes, 12, lo, hi);
+      }
+    } else {
+      for (int h = 0; h < kVecs; ++h) {
+        VU x[kParts];
+        for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + h * kSub + p * kLanes);
         // Field j's bytes are tokens h * kTokens + 4 j .. +3.
         DotField<kBits, 0, kPass, kSub>(x, planes, h * kTokens, lo, hi);
         DotField<kBits, 1, kPass, kSub>(x, planes, h * kTokens + 4, lo, hi);
-        if constexpr (kBits == 2) {
+        if constexpr (kFields == 4) {
           DotField<kBits, 2, kPass, kSub>(x, planes, h * kTokens + 8, lo, hi);
           DotField<kBits, 3, kPass, kSub>(x, planes, h * kTokens + 12, lo, hi);
         }
       }
     }
-  }
-}
-
-// Query rows r0 .. r0+kPass-1, channels of chunk ch (16, in kParts vectors): acc += factor *
-// (256 sum_hi + sum_lo) over the run's nb sub-blocks. At 3 bits a code is lo + 4 hi: the 1-bit
-// plane (after the 2-bit plane's d / 16 chunks; chunks 2k and 2k + 1 share a vector, fields 0-3
-// and 4-7) is summed first, the sums are multiplied by 4 (exact), and the 2-bit plane is added.
-template <int kBits, int kRows, int kPass>
-HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int nb, int d, int ch,
-                                const RunWeights<kRows>& W, int r0, const float* factor, float* HWY_RESTRICT acc,
-                                size_t acc_stride) {
-  const DF df;
-  VI lo[kPass][kParts], hi[kPass][kParts];
-  ZeroSums<kPass>(lo, hi);
-  if constexpr (kBits == 3) {
-    AddPlane<1, kRows, kPass>(run, bb, nb, size_t(d) * 4 + size_t(ch / 2) * kSub * 4, 4 * (ch % 2), W, r0, lo, hi);
-    for (int r = 0; r < kPass; ++r) {
-      for (int p = 0; p < kParts; ++p) {
-        lo[r][p] = hn::ShiftLeft<2>(lo[r][p]);
-        hi[r][p] = hn::ShiftLeft<2>(hi[r][p]);
-      }
-    }
-    AddPlane<2, kRows, kPass>(run, bb, nb, size_t(ch) * kSub * 4, 0, W, r0, lo, hi);
-  } else {
-    AddPlane<kBits, kRows, kPass>(run, bb, nb, size_t(ch) * (kBits / 2) * kSub * 4, 0, W, r0, lo, hi);
   }
   for (int r = 0; r < kPass; ++r) {
     const VF f = hn::Set(df, factor[r0 + r]);
