@@ -74,18 +74,7 @@ HWY_INLINE void ScoreSubPass(const int8_t* HWY_RESTRICT qi, const float* unit, c
         x2[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
         x1[p] = hn::LoadU(du, high + size_t(ch / 2) * kSub + p * kLanes);
       }
-      const int8_t* qc = qi + QueryBytesAt<3, kRows>(ch, r0, 0);
-      if (ch % 2 == 0) {
-        DotField3<0, 0, kPass, 16>(x2, x1, qc, 0, lo, hi);
-        DotField3<1, 1, kPass, 16>(x2, x1, qc, 4, lo, hi);
-        DotField3<2, 2, kPass, 16>(x2, x1, qc, 8, lo, hi);
-        DotField3<3, 3, kPass, 16>(x2, x1, qc, 12, lo, hi);
-      } else {
-        DotField3<0, 4, kPass, 16>(x2, x1, qc, 0, lo, hi);
-        DotField3<1, 5, kPass, 16>(x2, x1, qc, 4, lo, hi);
-        DotField3<2, 6, kPass, 16>(x2, x1, qc, 8, lo, hi);
-        DotField3<3, 7, kPass, 16>(x2, x1, qc, 12, lo, hi);
-      }
+      DotJoinedChunk<kPass, 16>(x2, x1, ch % 2, qi + QueryBytesAt<3, kRows>(ch, r0, 0), lo, hi);
     }
   } else {
     for (int ch = 0; ch < d / (32 / kBits); ++ch) {

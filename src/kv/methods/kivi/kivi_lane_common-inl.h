@@ -92,6 +92,24 @@ HWY_INLINE void DotField3(const VU* x2, const VU* x1, const int8_t* HWY_RESTRICT
   DotCodes<kPass, kStride>(u, base, at, lo, hi);
 }
 
+// The four fields of a 2-bit chunk (x2) joined with fields 4 half .. 4 half + 3 of the 1-bit
+// vector it shares with its neighbouring chunk (x1), against the operand bytes at base + 4 j.
+template <int kPass, int kStride>
+HWY_INLINE void DotJoinedChunk(const VU* x2, const VU* x1, int half, const int8_t* HWY_RESTRICT base,
+                               VI (*lo)[kParts], VI (*hi)[kParts]) {
+  if (half == 0) {
+    DotField3<0, 0, kPass, kStride>(x2, x1, base, 0, lo, hi);
+    DotField3<1, 1, kPass, kStride>(x2, x1, base, 4, lo, hi);
+    DotField3<2, 2, kPass, kStride>(x2, x1, base, 8, lo, hi);
+    DotField3<3, 3, kPass, kStride>(x2, x1, base, 12, lo, hi);
+  } else {
+    DotField3<0, 4, kPass, kStride>(x2, x1, base, 0, lo, hi);
+    DotField3<1, 5, kPass, kStride>(x2, x1, base, 4, lo, hi);
+    DotField3<2, 6, kPass, kStride>(x2, x1, base, 8, lo, hi);
+    DotField3<3, 7, kPass, kStride>(x2, x1, base, 12, lo, hi);
+  }
+}
+
 
 // A lane's joined sum 256 hi + lo as a float: exact as an integer (|sum| < 2^31 for every use
 // here), one rounding to float.
@@ -113,7 +131,7 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 }
 
 // Stores the two byte planes of T (|T| <= 32512): lo = T - 256 hi at `to`, hi = (T + 128) >> 8
-// at to + C (C = 16, or 32 for the 1-bit plane of 3-bit keys). With U = T + 128, hi is U's second byte and lo its first byte with the top bit
+// at to + C. With U = T + 128, hi is U's second byte and lo its first byte with the top bit
 // flipped (adding 128 flips bit 7 of the low byte). On AVX-512 VBMI one vpermb gathers both
 // planes of 16 lanes into 32 contiguous bytes (C = 16), an xor fixes lo, and one store writes
 // them: two truncating stores (vpmovdb, two shuffle uops each on the Intel and AMD cores measured)
@@ -123,7 +141,8 @@ HWY_INLINE void LoadPairs(D df, const hwy::float16_t* HWY_RESTRICT sz, int c, hn
 template <int C, class D8, class VI32>
 HWY_INLINE void StorePlanes(D8 d8, VI32 T, int8_t* HWY_RESTRICT to) {
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (sizeof(T.raw) == 64 && C == 16) {  // 16 lanes fill one chunk's two planes
+  if constexpr (sizeof(T.raw) == 64) {
+    static_assert(C == 16, "16 lanes fill one chunk's two planes");
     // Bytes 0 (lo, flipped) and 1 (hi) of each 32-bit lane to bytes 0-15 and 16-31.
     const __m512i order = _mm512_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
                                           0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //

@@ -138,17 +138,7 @@ HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int 
         x2[p] = hn::LoadU(du, words + p * kLanes);
         x1[p] = hn::LoadU(du, high + p * kLanes);
       }
-      if (ch % 2 == 0) {
-        DotField3<0, 0, kPass, kSub>(x2, x1, planes, 0, lo, hi);
-        DotField3<1, 1, kPass, kSub>(x2, x1, planes, 4, lo, hi);
-        DotField3<2, 2, kPass, kSub>(x2, x1, planes, 8, lo, hi);
-        DotField3<3, 3, kPass, kSub>(x2, x1, planes, 12, lo, hi);
-      } else {
-        DotField3<0, 4, kPass, kSub>(x2, x1, planes, 0, lo, hi);
-        DotField3<1, 5, kPass, kSub>(x2, x1, planes, 4, lo, hi);
-        DotField3<2, 6, kPass, kSub>(x2, x1, planes, 8, lo, hi);
-        DotField3<3, 7, kPass, kSub>(x2, x1, planes, 12, lo, hi);
-      }
+      DotJoinedChunk<kPass, kSub>(x2, x1, ch % 2, planes, lo, hi);
     } else {
       for (int h = 0; h < kVecs; ++h) {
         VU x[kParts];
