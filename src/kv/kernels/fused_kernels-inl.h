@@ -203,8 +203,33 @@ HWY_INLINE void SumOfLanes4(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, 
 #endif
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// AVX-512, 16 lanes of floats or 32-bit integers: one vector whose 128-bit block r holds the lane
+// sums of v[r][0..3], out of one interleave tree (45 operations). Integer sums are exact.
+template <class D>
+HWY_INLINE hn::Vec<D> SumOfLanes16(D d, const hn::Vec<D> (&v)[4][4]) {
+  using V = hn::Vec<D>;
+  static_assert(sizeof(hn::TFromD<D>) == 4 && hn::MaxLanes(D()) == 16, "16 lanes of 32 bits");
+  const hn::Repartition<hwy::MakeWide<hn::TFromD<D>>, D> dw;
+  const hn::Repartition<float, D> df;
+  V x[4];  // x[r]: block j holds row r's four sums over block j's lanes
+  for (int r = 0; r < 4; ++r) {
+    const V ab = hn::Add(hn::InterleaveLower(d, v[r][0], v[r][1]), hn::InterleaveUpper(d, v[r][0], v[r][1]));
+    const V ce = hn::Add(hn::InterleaveLower(d, v[r][2], v[r][3]), hn::InterleaveUpper(d, v[r][2], v[r][3]));
+    x[r] = hn::Add(hn::BitCast(d, hn::InterleaveLower(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))),
+                   hn::BitCast(d, hn::InterleaveUpper(dw, hn::BitCast(dw, ab), hn::BitCast(dw, ce))));
+  }
+  const auto z01 = hn::BitCast(df, hn::Add(hn::ConcatLowerLower(d, x[1], x[0]), hn::ConcatUpperUpper(d, x[1], x[0])));
+  const auto z23 = hn::BitCast(df, hn::Add(hn::ConcatLowerLower(d, x[3], x[2]), hn::ConcatUpperUpper(d, x[3], x[2])));
+  // Blocks (0, 2) and (1, 3) of each: a bit move, the same for floats and integers.
+  using VFl = hn::Vec<decltype(df)>;
+  return hn::Add(hn::BitCast(d, VFl{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0x88)}),
+                 hn::BitCast(d, VFl{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0xDD)}));
+}
+#endif
+
 // dst[r * stride + kk] += the sum of the lanes of A[r][kk][*], kk = 0..3. With four rows on
-// AVX-512 the 16 sums come out of one interleave tree (45 operations) as one vector whose
+// AVX-512 the 16 sums come out of one interleave tree (SumOfLanes16) as one vector whose
 // 128-bit block r holds row r's four channels.
 template <int kRows, int kParts>
 HWY_INLINE void AddLaneSums(hn::Vec<hn::ScalableTag<float>> (*A)[4][kParts], float* HWY_RESTRICT dst,
@@ -221,19 +246,8 @@ HWY_INLINE void AddLaneSums(hn::Vec<hn::ScalableTag<float>> (*A)[4][kParts], flo
   }
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if constexpr (kRows == 4) {
-    const hn::Repartition<double, DF> dd;
-    VF x[4];  // x[r]: block j holds row r's four channels summed over block j's lanes
-    for (int r = 0; r < 4; ++r) {
-      const VF ab = hn::Add(hn::InterleaveLower(df, s[r][0], s[r][1]), hn::InterleaveUpper(df, s[r][0], s[r][1]));
-      const VF ce = hn::Add(hn::InterleaveLower(df, s[r][2], s[r][3]), hn::InterleaveUpper(df, s[r][2], s[r][3]));
-      x[r] = hn::Add(hn::BitCast(df, hn::InterleaveLower(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce))),
-                     hn::BitCast(df, hn::InterleaveUpper(dd, hn::BitCast(dd, ab), hn::BitCast(dd, ce))));
-    }
-    const VF z01 = hn::Add(hn::ConcatLowerLower(df, x[1], x[0]), hn::ConcatUpperUpper(df, x[1], x[0]));
-    const VF z23 = hn::Add(hn::ConcatLowerLower(df, x[3], x[2]), hn::ConcatUpperUpper(df, x[3], x[2]));
-    const VF sums = hn::Add(VF{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0x88)}, VF{_mm512_shuffle_f32x4(z01.raw, z23.raw, 0xDD)});
     alignas(64) float blocks[16];
-    hn::Store(sums, df, blocks);
+    hn::Store(SumOfLanes16(df, s), df, blocks);
     const hn::CappedTag<float, 4> d4;
     for (int r = 0; r < 4; ++r) {
       float* o = dst + size_t(r) * stride;

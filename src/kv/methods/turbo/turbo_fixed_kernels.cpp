@@ -410,20 +410,10 @@ HWY_INLINE void AccumulateQuadRun(const FixedLevels& L, const uint8_t* HWY_RESTR
   (void)wunit4;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if constexpr (kRows == 4 && kQuad == 4) {
-    // One interleave tree for the 16 sums (AddLaneSums' for floats, here exact in integers): block
-    // r of `sums` holds row r's four channels; wunit4 holds each row's unit in its block.
+    // The 16 sums out of one interleave tree, exact in integers: block r of `sums` holds row r's
+    // four channels; wunit4 holds each row's unit in its block.
     const DF df;
-    const hn::Repartition<int64_t, DI> dq;
-    VI x[4];
-    for (int r = 0; r < 4; ++r) {
-      const VI ab = hn::Add(hn::InterleaveLower(di, A[r][0], A[r][1]), hn::InterleaveUpper(di, A[r][0], A[r][1]));
-      const VI ce = hn::Add(hn::InterleaveLower(di, A[r][2], A[r][3]), hn::InterleaveUpper(di, A[r][2], A[r][3]));
-      x[r] = hn::Add(hn::BitCast(di, hn::InterleaveLower(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))),
-                     hn::BitCast(di, hn::InterleaveUpper(dq, hn::BitCast(dq, ab), hn::BitCast(dq, ce))));
-    }
-    const VI z01 = hn::Add(hn::ConcatLowerLower(di, x[1], x[0]), hn::ConcatUpperUpper(di, x[1], x[0]));
-    const VI z23 = hn::Add(hn::ConcatLowerLower(di, x[3], x[2]), hn::ConcatUpperUpper(di, x[3], x[2]));
-    const VI sums = hn::Add(VI{_mm512_shuffle_i32x4(z01.raw, z23.raw, 0x88)}, VI{_mm512_shuffle_i32x4(z01.raw, z23.raw, 0xDD)});
+    const VI sums = SumOfLanes16(di, A);
     alignas(64) float blocks[16];
     hn::Store(hn::Mul(hn::ConvertTo(df, sums), hn::Load(df, wunit4)), df, blocks);
     const hn::CappedTag<float, 4> d4;
