@@ -328,6 +328,25 @@ TEST(Method_turbo, LanePartAddsOneBitScores) {
   EXPECT_GE(tried, 2);
 }
 
+// `blocks` blocks of a lane part filled with random codes (of `levels` levels, from rng) and the
+// fp16 scales 0.5 + step * t, with the codes and scales kept for the checks.
+struct FilledPart {
+  std::vector<uint8_t> mem, codes;
+  std::vector<float> scale;
+};
+FilledPart fill_part(const TurboLanePart& part, int d, int blocks, size_t levels, double step, Rng& rng) {
+  const int n = blocks * 16;
+  FilledPart f{std::vector<uint8_t>(part.bytes() * blocks), std::vector<uint8_t>(size_t(n) * d),
+               std::vector<float>(static_cast<size_t>(n))};
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < d; ++c) f.codes[size_t(t) * d + c] = uint8_t(rng.next_u64() % levels);
+    f.scale[size_t(t)] = f16_to_f32(f32_to_f16(float(0.5 + step * t)));
+    part.put(f.codes.data() + size_t(t) * d, f32_to_f16(f.scale[size_t(t)]), t % 16,
+             f.mem.data() + size_t(t / 16) * part.bytes());
+  }
+  return f;
+}
+
 // Keys at 2 to 4 bits score in 16-bit fixed point (turbo_lane_kernels.h): the state holds the
 // query's pairs as documented, and every target's score is exactly the integer sum of each run of
 // 128 channels, converted to float and added in order, times the row's unit and the token's
@@ -343,15 +362,8 @@ TEST(Method_turbo, FixedPointScoresAreExactIntegerSums) {
         for (auto& x : levels) x = float(rng.normal());
         const TurboLanePart keys(d, bits, levels, false);
         ASSERT_EQ(keys.query_state_floats(), size_t(d / 2 + 1));
-        const int blocks = 3, n = blocks * 16, n_q = 5;
-        std::vector<uint8_t> mem(keys.bytes() * blocks), codes(size_t(n) * d);
-        std::vector<float> scale(static_cast<size_t>(n));
-        for (int t = 0; t < n; ++t) {
-          for (int c = 0; c < d; ++c) codes[size_t(t) * d + c] = uint8_t(rng.next_u64() % levels.size());
-          scale[size_t(t)] = f16_to_f32(f32_to_f16(float(0.5 + 0.01 * t)));
-          keys.put(codes.data() + size_t(t) * d, f32_to_f16(scale[size_t(t)]), t % 16,
-                   mem.data() + size_t(t / 16) * keys.bytes());
-        }
+        const int blocks = 3, n_q = 5;
+        const auto [mem, codes, scale] = fill_part(keys, d, blocks, levels.size(), 0.01, rng);
         std::vector<float> q(size_t(n_q) * d), state(n_q * keys.query_state_floats());
         for (auto& v : q) v = float(rng.normal());
         q[3] = 40.0f;  // one loud channel in row 0
@@ -422,15 +434,8 @@ TEST(Method_turbo, FixedPointSumsAreExactIntegerSums) {
         std::vector<float> levels(size_t(1) << bits);
         for (auto& x : levels) x = float(rng.normal());
         const TurboLanePart values(d, bits, levels, true);
-        const int blocks = 21, n = blocks * 16, n_q = 5;
-        std::vector<uint8_t> mem(values.bytes() * blocks), codes(size_t(n) * d);
-        std::vector<float> scale(static_cast<size_t>(n));
-        for (int t = 0; t < n; ++t) {
-          for (int c = 0; c < d; ++c) codes[size_t(t) * d + c] = uint8_t(rng.next_u64() % levels.size());
-          scale[size_t(t)] = f16_to_f32(f32_to_f16(float(0.5 + 0.003 * t)));
-          values.put(codes.data() + size_t(t) * d, f32_to_f16(scale[size_t(t)]), t % 16,
-                     mem.data() + size_t(t / 16) * values.bytes());
-        }
+        const int blocks = 21, n_q = 5;
+        const auto [mem, codes, scale] = fill_part(values, d, blocks, levels.size(), 0.003, rng);
         const int64_t i0 = 5, i1 = 330;
         std::vector<float> w(size_t(n_q) * (i1 - i0));
         for (auto& v : w) v = float(rng.normal());
