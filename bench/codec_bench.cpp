@@ -104,6 +104,8 @@ const int registered = [] {
     // Settings that take kernels of their own: one-bit values (per-channel token planes) and the
     // fractional split (two part codecs per group).
     if (def->info.name == "turbo") specs.insert(specs.end(), {"turbo:bits=1", "turbo:bits=2,outliers=64"});
+    // KVQuant without its sparse outliers: what the outlier slots cost beside the dense codes.
+    if (def->info.name == "kvquant") specs.push_back("kvquant:outliers=0");
     for (const std::string& spec : specs) {
       benchmark::RegisterBenchmark(("encode/" + spec).c_str(), BM_Encode, spec);
       benchmark::RegisterBenchmark(("scores/" + spec).c_str(), BM_Scores, spec, kTokens);
