@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The report's "which method should I pick?" section from small JSON fixtures: the Pareto front of
 # KL against bits holds exactly the undominated settings; a row of another chunking is left out; a
-# setting measured twice counts with its newest run; each budget recommends its lowest-KL setting and
-# says its cost; the speed front uses attn-bench's figures; two renders give the same bytes.
+# setting measured twice counts with its newest run; bits count the tokens kept in fp16 (a window
+# of 128 at 2048 tokens moves a 2-bit setting out of the 2-bit budget); each budget recommends its
+# lowest-KL setting and says its cost; the speed front uses attn-bench's figures; two renders give
+# the same bytes.
 set -euo pipefail
 src=$1
 py=/usr/bin/python3
@@ -23,7 +25,9 @@ def row(kv, bits, kl, ppl, ctx=2048, **extra):
                  "top1_agreement": 0.9}, **extra)
 main = [row("fp16", 16, 0.0, 10.0), row("q8", 8.5, 0.01, 10.1), row("q4", 4.5, 0.12, 11.0),
         row("kivi", 3.0, 0.40, 14.0), row("kvquant:bits=2", 2.36, 0.25, 12.5, calibration="first half"),
-        row("worse", 4.0, 0.30, 13.0)]  # dominated by kvquant:bits=2 (fewer bits, lower KL)
+        row("worse", 4.0, 0.30, 13.0),  # dominated by kvquant:bits=2 (fewer bits, lower KL)
+        # 2 bits of codes and a 128-token fp16 window: (1920 x 2 + 128 x 16) / 2048 = 2.875 bits
+        row("windowed", 2.0, 0.20, 12.0, kv_window_tokens=128, kv_sink_tokens=0)]
 json.dump({"mode": "full", "runs": [{"stamp": stamp("a", "2026-01-01T00:00:00Z"), "data": r} for r in main]},
           open(d + "/perplexity.json", "w"))
 extra = [row("fp16", 16, 0.0, 10.0), row("q4", 4.5, 0.11, 10.9),  # newer q4
@@ -48,13 +52,16 @@ assert chunking == (2048, 10, "second-half"), chunking
 assert "fp16" not in names and "tiny" not in names, names
 q4 = next(r for r in rows if r["kv"] == "q4")
 assert q4["kl_mean"] == 0.11 and q4["source"] == "perplexity_extra.json", q4
+windowed = next(r for r in rows if r["kv"] == "windowed")
+assert pick.bits_counted(windowed) == 2.875, pick.bits_counted(windowed)
+assert pick.bits_counted(dict(windowed, kv_window_tokens=0, kv_sink_tokens=1)) == (2047 * 2 + 16) / 2048
 for r in rows:
-    r["x"] = r["kv_bits_per_element"]
+    r["x"] = pick.bits_counted(r)
 front = [r["kv"] for r in pick.front(rows, lambda a, b: a <= b)]
-assert front == ["kvquant:bits=2", "q4", "q8"], front
+assert front == ["kvquant:bits=2", "windowed", "q4", "q8"], front
 speed, _ = pick.attention_speed(sys.argv[2])
 recs = {t: (b["kv"], f and f["kv"]) for t, b, f in pick.recommendations(rows, speed)}
-assert recs == {2: ("kvquant:bits=2", None), 3: ("kvquant:bits=2", "kivi"), 4: ("q4", None)}, recs
+assert recs == {2: ("kvquant:bits=2", None), 3: ("windowed", "kivi"), 4: ("q4", None)}, recs
 PY
 for out in a b; do "$py" "$src/tools/report/report.py" render --results "$tmp/res" --out "$tmp/$out" >/dev/null; done
 doc=$tmp/a/RESULTS.md

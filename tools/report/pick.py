@@ -15,6 +15,18 @@ import os
 TARGETS = [2, 3, 4]
 
 
+def bits_counted(r):
+    """A perplexity row's bits per element, everything counted: its codes and stored parameters
+    (kv_bits_per_element) plus the tokens its cache keeps in fp16 (the sinks and the residual window,
+    16 bits an element), as a share of the ctx tokens a sequence holds at the end of a chunk. Rows
+    written without those fields (or with none kept in fp16) are their codes' bits."""
+    ctx, kept = r.get("ctx"), r.get("kv_sink_tokens", 0) + r.get("kv_window_tokens", 0)
+    if not ctx or kept <= 0:
+        return r["kv_bits_per_element"]
+    kept = min(kept, ctx)
+    return ((ctx - kept) * r["kv_bits_per_element"] + kept * 16.0) / ctx
+
+
 def _chunking(r):
     return (r.get("ctx"), r.get("chunks"), r.get("part", "all"))
 
@@ -44,7 +56,7 @@ def quality_rows(results_dir):
         row = dict(r, source=name, commit=stamp["commit"][:7], date=stamp["date"])
         if r["kv"] not in newest or row["date"] > newest[r["kv"]]["date"]:
             newest[r["kv"]] = row
-    return chunking, sorted(newest.values(), key=lambda r: (r["kv_bits_per_element"], r["kl_mean"], r["kv"]))
+    return chunking, sorted(newest.values(), key=lambda r: (bits_counted(r), r["kl_mean"], r["kv"]))
 
 
 def attention_speed(results_dir):
@@ -95,10 +107,10 @@ def recommendations(rows, speed):
     attention among the budget's rows whose KL is at most twice the best's."""
     out = []
     for t in TARGETS:
-        fits = [r for r in rows if r["kv_bits_per_element"] <= t + 0.5]
+        fits = [r for r in rows if bits_counted(r) <= t + 0.5]
         if not fits:
             continue
-        best = min(fits, key=lambda r: (r["kl_mean"], r["kv_bits_per_element"]))
+        best = min(fits, key=lambda r: (r["kl_mean"], bits_counted(r)))
         timed = [r for r in fits if r["kv"] in speed and r["kl_mean"] <= 2 * best["kl_mean"]]
         fastest = max(timed, key=lambda r: (speed[r["kv"]], -r["kl_mean"])) if timed else None
         out.append((t, best, fastest if fastest is not best else None))
@@ -108,7 +120,7 @@ def recommendations(rows, speed):
 def _describe(r, speed):
     needs = "needs `veloxquant calibrate` (%s)" % r["calibration"] if r.get("calibration") else "no calibration"
     return ("`%s`: %.3f bits per element, mean KL %s, PPL %s against fp16, %s, %s" %
-            (r["kv"], r["kv_bits_per_element"], _kl_cell(r), _dppl(r), _speed_words(speed, r["kv"]), needs))
+            (r["kv"], bits_counted(r), _kl_cell(r), _dppl(r), _speed_words(speed, r["kv"]), needs))
 
 
 def section(results_dir, plt, savefig, table, llama=None):
@@ -141,12 +153,12 @@ def section(results_dir, plt, savefig, table, llama=None):
                   ".", ""]
 
     for r in rows:
-        r["x"] = r["kv_bits_per_element"]
+        r["x"] = bits_counted(r)
     by_bits = front(rows, lambda a, b: a <= b)
     timed = [dict(r, x=speed[r["kv"]]) for r in rows if r["kv"] in speed]
     by_speed = front(timed, lambda a, b: a >= b)
     on_speed = {r["kv"] for r in by_speed}
-    trows = [[r["kv"], "%.3f" % r["kv_bits_per_element"], _kl_cell(r), _dppl(r), _speed_cell(speed, r["kv"]),
+    trows = [[r["kv"], "%.3f" % bits_counted(r), _kl_cell(r), _dppl(r), _speed_cell(speed, r["kv"]),
               "yes" if r["kv"] in on_speed else "", "`%s` (%s)" % (r["source"], r["commit"])] for r in by_bits]
     parts += ["The Pareto front of quality against memory: no other setting has both fewer bits and a lower mean KL.",
               "", table(["method", "bits/elem", "mean KL", "ΔPPL", "attention vs fp16", "also on the speed front",
@@ -160,11 +172,11 @@ def section(results_dir, plt, savefig, table, llama=None):
     front_names = {r["kv"] for r in by_bits}
     for r in rows:
         on = r["kv"] in front_names
-        a1.scatter(r["kv_bits_per_element"], r["kl_mean"], color="C0" if on else "lightgray", s=18, zorder=3)
+        a1.scatter(bits_counted(r), r["kl_mean"], color="C0" if on else "lightgray", s=18, zorder=3)
         if on:
-            a1.annotate(r["kv"], (r["kv_bits_per_element"], r["kl_mean"]), fontsize=6, xytext=(3, 3),
+            a1.annotate(r["kv"], (bits_counted(r), r["kl_mean"]), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
-    a1.step([r["kv_bits_per_element"] for r in by_bits], [r["kl_mean"] for r in by_bits], where="post", color="C0",
+    a1.step([bits_counted(r) for r in by_bits], [r["kl_mean"] for r in by_bits], where="post", color="C0",
             linewidth=0.8)
     if llama:
         for r in llama["runs"]:

@@ -268,7 +268,7 @@ def ppl_rows(runs, base):
         d_ppl = "" if base is None else "%+.2f%%" % (100 * (r["ppl"] / base["ppl"] - 1))
         ppl = (spread(r, "ppl", "%.4f") if r.get("n_seeds", 1) > 1 else
                "%.4f ± %.4f" % (r["ppl"], r["ppl_stderr"]))
-        rows.append([r["kv"], "%.3f" % r["kv_bits_per_element"], ppl, d_ppl, spread(r, "kl_mean", "%.5f"),
+        rows.append([r["kv"], "%.3f" % pick.bits_counted(r), ppl, d_ppl, spread(r, "kl_mean", "%.5f"),
                      "%.4f" % r.get("kl_p99", 0.0), "%.4f" % r.get("top1_agreement", 1.0),
                      str(r.get("n_seeds", 1))])
     return rows
@@ -394,10 +394,12 @@ def render():
         text_part = first.get("part", "all")
         parts += ["## Quality: perplexity and KL divergence against the fp16 cache", "",
                   "`%s` mode: %d chunks of %d tokens of the text (%s; llama.cpp's perplexity chunking, second half "
-                  "of each chunk scored). Bits per element count codes, scales, zero points, outlier slots and every "
-                  "stored parameter; the fp16 residual window and sinks are reported by `bench`, not folded in "
-                  "here." % (ppl.get("mode", "?"), first["chunks"], first["ctx"],
-                             "the whole file" if text_part == "all" else "its " + text_part), ""]
+                  "of each chunk scored). Bits per element count everything: codes, scales, zero points, outlier slots, "
+                  "every stored parameter, and the tokens kept in fp16 (sinks and the residual window) as their "
+                  "share of the %d tokens a sequence holds at the end of a chunk (on sliding-window layers, which "
+                  "hold fewer, that share is larger; `bench` measures the bytes resident)." % (
+                      ppl.get("mode", "?"), first["chunks"], first["ctx"],
+                      "the whole file" if text_part == "all" else "its " + text_part, first["ctx"]), ""]
         if calibrated:
             parts += ["Methods that learn from data were calibrated on: " + "; ".join(calibrated) +
                       " (text never scored here).", ""]
@@ -414,7 +416,7 @@ def render():
         for r in runs:
             if r["kv"] == "fp16":
                 continue
-            x, y = r["kv_bits_per_element"], max(r["kl_mean"], 1e-6)
+            x, y = pick.bits_counted(r), max(r["kl_mean"], 1e-6)
             if r.get("n_seeds", 1) > 1 and "kl_mean_min" in r:  # bar: [min, max] over seeds
                 ax.errorbar(x, y, yerr=[[y - max(r["kl_mean_min"], 1e-6)], [max(r["kl_mean_max"], 1e-6) - y]],
                             fmt="o", capsize=3)
@@ -436,8 +438,8 @@ def render():
         parts += ["![KL against bits](%s)" % savefig(plt, fig, "kl_vs_bits.png"), ""]
         fig, ax = plt.subplots()
         for r in runs:
-            ax.scatter(r["kv_bits_per_element"], r["ppl"])
-            ax.annotate(r["kv"], (r["kv_bits_per_element"], r["ppl"]), fontsize=7, xytext=(3, 3),
+            ax.scatter(pick.bits_counted(r), r["ppl"])
+            ax.annotate(r["kv"], (pick.bits_counted(r), r["ppl"]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         if base:
             ax.axhline(base["ppl"], color="gray", linewidth=0.8, linestyle="--")
