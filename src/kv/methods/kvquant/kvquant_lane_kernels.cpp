@@ -388,7 +388,8 @@ void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, co
 // Rows four at a time: the zeros' share stays in vectors over the whole range (one sum of lanes
 // at the end). Each block's outlier deltas come out a slot of 16 tokens at a time; they are added
 // into a channel-major scratch of the four rows (two tokens' outliers may share a channel, so one
-// token at a time, four rows in one short vector), which joins acc once at the end.
+// token at a time, four rows in one short vector: the weights are stored token-major for that,
+// wt4), which joins acc once at the end.
 void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n_q, const uint8_t* blocks, size_t bb,
                   int64_t i0, int64_t i1, float* acc, size_t acc_stride) {
   const DF df;
@@ -426,12 +427,14 @@ void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n
       }
       for (int p = 0; p < kParts; ++p) {
         const VF z = LoadHalves(zeros, p * kLanes);
-        for (int r = 0; r < kRows; ++r) zacc[r] = hn::MulAdd(hn::Load(df, wt[r] + p * kLanes), z, zacc[r]);
+        VF wv[kRows];
+        for (int r = 0; r < kRows; ++r) {
+          wv[r] = hn::Load(df, wt[r] + p * kLanes);
+          zacc[r] = hn::MulAdd(wv[r], z, zacc[r]);
+        }
+        if (v.S > 0) hn::StoreInterleaved4(wv[0], wv[1], wv[2], wv[3], df, wt4[p * kLanes]);
       }
       if (v.S == 0) continue;
-      for (int t = t0; t < t1; ++t) {
-        for (int r = 0; r < kRows; ++r) wt4[t][r] = wt[r][t];
-      }
       for (int s0 = 0; s0 < v.S; s0 += kSlotsAtOnce) {
         const int ns = std::min(kSlotsAtOnce, v.S - s0);
         // Each slot's sparse value and channel; 0 for a damaged index.
@@ -456,11 +459,17 @@ void ValueExtrasRows(const LaneValues& v, const float* w, size_t w_stride, int n
         }
       }
     }
-    for (int r = 0; r < nr; ++r) {
-      float* a = acc + size_t(r0 + r) * acc_stride;
-      a[v.d] += hn::GetLane(hn::SumOfLanes(df, zacc[r]));
-      if (v.S == 0) continue;
-      for (int c = 0; c < v.d; ++c) a[c] += acc4[size_t(c) * kRows + size_t(r)];
+    for (int r = 0; r < nr; ++r) acc[size_t(r0 + r) * acc_stride + v.d] += hn::GetLane(hn::SumOfLanes(df, zacc[r]));
+    if (v.S == 0) continue;
+    // acc4 back to rows: kLanes channels of all four rows per step (the lane layout takes head
+    // sizes that are multiples of 32), the rows past n_q dropped.
+    for (int c = 0; c < v.d; c += int(kLanes)) {
+      VF o[kRows];
+      hn::LoadInterleaved4(df, acc4 + size_t(c) * kRows, o[0], o[1], o[2], o[3]);
+      for (int r = 0; r < nr; ++r) {
+        float* a = acc + size_t(r0 + r) * acc_stride + c;
+        hn::StoreU(hn::Add(hn::LoadU(df, a), o[r]), df, a);
+      }
     }
   }
 }
