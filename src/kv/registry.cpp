@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "src/core/random_rotation.h"
 #include "src/core/rng.h"
 #include "veloxquant/error.h"
@@ -84,6 +86,20 @@ Method Method::with_calibration(std::shared_ptr<const Calibration> calib) const 
 
 double Method::bits_per_element(int head_dim) const {
   return 0.5 * (keys_->key_bits(head_dim) + values_->value_bits(head_dim));
+}
+
+int Method::fp16_tokens() const {
+  return sink_tokens() + std::max(keys_->key_keep(), values_->value_keep());
+}
+
+double bits_with_fp16_tokens(double bits, int64_t fp16_tokens, int64_t ctx) {
+  VQ_CHECK(ctx >= 1 && fp16_tokens >= 0, "bits counted: a context of fewer than one token");
+  const int64_t kept = std::min(fp16_tokens, ctx);
+  return (double(ctx - kept) * bits + double(kept) * 16.0) / double(ctx);
+}
+
+double Method::bits_counted(int head_dim, int64_t ctx) const {
+  return bits_with_fp16_tokens(bits_per_element(head_dim), fp16_tokens(), ctx);
 }
 
 }  // namespace vq::kv

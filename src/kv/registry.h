@@ -4,6 +4,7 @@
 // `const MethodDef& <name>_method()`.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ bool rotatable_dim(int d);
 inline int param_int(const ParamValues& v, const std::string& key) { return int(v.at(key)); }
 inline double param_float(const ParamValues& v, const std::string& key) { return v.at(key); }
 inline bool param_bool(const ParamValues& v, const std::string& key) { return v.at(key) != 0; }
+
+// Bits per element when `fp16_tokens` of the `ctx` tokens a sequence holds stay in fp16 and the
+// rest take `bits` (Method::bits_counted's rule, for a method's parts).
+double bits_with_fp16_tokens(double bits, int64_t fp16_tokens, int64_t ctx);
 
 // Seeds for per-layer random state, distinct for keys and values.
 uint64_t layer_seed(uint64_t seed, int layer, int side);

@@ -55,6 +55,8 @@ assert q4["kl_mean"] == 0.11 and q4["source"] == "perplexity_extra.json", q4
 windowed = next(r for r in rows if r["kv"] == "windowed")
 assert pick.bits_counted(windowed) == 2.875, pick.bits_counted(windowed)
 assert pick.bits_counted(dict(windowed, kv_window_tokens=0, kv_sink_tokens=1)) == (2047 * 2 + 16) / 2048
+# The engine's own count, where a row carries it, is the one shown.
+assert pick.bits_counted(dict(windowed, kv_bits_counted=2.5)) == 2.5
 for r in rows:
     r["x"] = pick.bits_counted(r)
 front = [r["kv"] for r in pick.front(rows, lambda a, b: a <= b)]

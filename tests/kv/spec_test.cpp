@@ -29,6 +29,23 @@ TEST(Spec, SplitKeysAndValues) {
   EXPECT_DOUBLE_EQ(m.bits_per_element(128), 6.5);
 }
 
+// Bits everything counted: the fp16 sinks and window (the larger side's) as their share of the
+// tokens a sequence holds, at 16 bits an element.
+TEST(Spec, BitsCountedIncludeTheFp16Tokens) {
+  const Method q4 = parse_method("q4");
+  EXPECT_EQ(q4.fp16_tokens(), 0);
+  EXPECT_DOUBLE_EQ(q4.bits_counted(128, 2048), 4.5);
+  const Method kept = parse_method("q4:sink=4,residual=60");
+  EXPECT_EQ(kept.fp16_tokens(), 64);
+  EXPECT_DOUBLE_EQ(kept.bits_counted(128, 2048), (1984 * 4.5 + 64 * 16.0) / 2048);
+  EXPECT_DOUBLE_EQ(kept.bits_counted(128, 32), 16.0);  // every token still in fp16
+  // KIVI's per-channel keys keep no window of their own; its values' window counts for both.
+  const Method kivi = parse_method("kivi");
+  EXPECT_EQ(kivi.fp16_tokens(), 128);
+  EXPECT_DOUBLE_EQ(kivi.bits_counted(128, 2048), (1920 * kivi.bits_per_element(128) + 128 * 16.0) / 2048);
+  EXPECT_DOUBLE_EQ(parse_method("fp16:sink=1").bits_counted(128, 100), 16.0);
+}
+
 void expect_usage_error(const std::string& spec, const std::string& fragment) {
   try {
     parse_method(spec);

@@ -18,8 +18,12 @@ TARGETS = [2, 3, 4]
 def bits_counted(r):
     """A perplexity row's bits per element, everything counted: its codes and stored parameters
     (kv_bits_per_element) plus the tokens its cache keeps in fp16 (the sinks and the residual window,
-    16 bits an element), as a share of the ctx tokens a sequence holds at the end of a chunk. Rows
-    written without those fields (or with none kept in fp16) are their codes' bits."""
+    16 bits an element), as a share of the ctx tokens a sequence holds at the end of a chunk. The
+    engine writes it as kv_bits_counted (Method::bits_counted); rows written before that field are
+    counted here by the same rule, and rows without the window fields (or with none kept in fp16)
+    are their codes' bits."""
+    if "kv_bits_counted" in r:
+        return r["kv_bits_counted"]
     ctx, kept = r.get("ctx"), r.get("kv_sink_tokens", 0) + r.get("kv_window_tokens", 0)
     if not ctx or kept <= 0:
         return r["kv_bits_per_element"]

@@ -82,7 +82,7 @@ Runner add_calibrate_command(CLI::App& app) {
     if (kv::is_ratequant(method)) {
       // Refuse an unreachable budget before the probe runs.
       const int L = int(model->cache_layout().size());
-      kv::ratequant_budget(method, 2 * L);
+      kv::ratequant_budget(method, 2 * L, model->identity().head_dim);
       const int64_t ctx = std::min(o->ctx, o->probe_tokens);
       const int64_t n = std::min<int64_t>(std::max<int64_t>(1, o->probe_tokens / ctx), int64_t(tokens.size()) / ctx);
       VQ_CHECK(n > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), ctx));

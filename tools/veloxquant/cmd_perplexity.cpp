@@ -88,10 +88,16 @@ Runner add_perplexity_command(CLI::App& app) {
     const std::vector<eval::PerplexityTally> tallies = eval::run_perplexity(*model, methods, tokens, run, progress);
     if (!o->json) fmt::print(stderr, "\n");
     const int head_dim = model->config().head_dim;
+    // The bits a row really costs, where the cache keeps tokens in fp16 (sinks, window).
+    const auto counted_note = [&](const kv::Method& m) -> std::string {
+      if (m.fp16_tokens() == 0) return "";
+      return fmt::format("; {:.3f} counting its {} fp16 tokens of {}", m.bits_counted(head_dim, n_ctx), m.fp16_tokens(),
+                         n_ctx);
+    };
     nlohmann::json runs = nlohmann::json::array();
     // --seeds N > 1: one table row per spec, means over its seeds with [min, max].
-    std::vector<std::vector<std::string>> table = {{"kv", "bits/elem", "seeds", "PPL [min, max]", "mean KL [min, max]",
-                                                    "p99 KL", "top-1 agreement"}};
+    std::vector<std::vector<std::string>> table = {{"kv", "bits/elem", "counted", "seeds", "PPL [min, max]",
+                                                    "mean KL [min, max]", "p99 KL", "top-1 agreement"}};
     double ppl_fp16 = 0;
     for (size_t si = 0; si < o->kv.size(); ++si) {
       const kv::Method& method = methods[runs_of[si].front()];
@@ -116,6 +122,7 @@ Runner add_perplexity_command(CLI::App& app) {
       j["kv_value_bits"] = method.values().value_bits(head_dim);
       j["kv_window_tokens"] = std::max(method.keys().key_keep(), method.values().value_keep());
       j["kv_sink_tokens"] = method.sink_tokens();
+      j["kv_bits_counted"] = method.bits_counted(head_dim, n_ctx);
       if (s.compared) {
         j["kl_mean"] = s.kl_mean;
         j["kl_p99"] = s.kl_p99;
@@ -148,8 +155,9 @@ Runner add_perplexity_command(CLI::App& app) {
         j["seeds"] = per_seed;
       }
       if (!o->json && o->seeds == 1) {
-        fmt::print("kv {} ({:.3f} bits/element): PPL = {:.4f} +/- {:.5f} over {} tokens ({} chunks of {})\n", method.spec(),
-                   method.bits_per_element(head_dim), s.ppl, s.ppl_stderr, s.tokens_scored, n_chunks, n_ctx);
+        fmt::print("kv {} ({:.3f} bits/element{}): PPL = {:.4f} +/- {:.5f} over {} tokens ({} chunks of {})\n",
+                   method.spec(), method.bits_per_element(head_dim), counted_note(method), s.ppl, s.ppl_stderr,
+                   s.tokens_scored, n_chunks, n_ctx);
         if (s.compared) {
           fmt::print("against fp16 (PPL {:.4f} on the same tokens): mean KL {:.6f}, p99 KL {:.6f}, top-1 agreement {:.4f}\n",
                      double(j["ppl_fp16"]), double(j["kl_mean"]), double(j["kl_p99"]), double(j["top1_agreement"]));
@@ -160,7 +168,7 @@ Runner add_perplexity_command(CLI::App& app) {
                      : fmt::format("{:.{}f}", mean, digits);
       };
       table.push_back({method.spec(), fmt::format("{:.3f}", method.bits_per_element(head_dim)),
-                       std::to_string(scores.size()), with_spread(s.ppl, seeded.ppl, 4),
+                       fmt::format("{:.3f}", method.bits_counted(head_dim, n_ctx)), std::to_string(scores.size()), with_spread(s.ppl, seeded.ppl, 4),
                        s.compared ? with_spread(s.kl_mean, seeded.kl_mean, 6) : "-",
                        s.compared ? fmt::format("{:.6f}", s.kl_p99) : "-",
                        s.compared ? fmt::format("{:.4f}", s.top1_agreement) : "-"});
@@ -168,7 +176,7 @@ Runner add_perplexity_command(CLI::App& app) {
     }
     if (!o->json && o->seeds > 1) {
       fmt::print("perplexity over {} tokens ({} chunks of {}){}; rows with several seeds give the mean over seeds, "
-                 "[min, max]\n\n",
+                 "[min, max]; counted: bits per element with the fp16 sinks and window as their share of a chunk\n\n",
                  runs[0]["tokens_scored"].get<int64_t>(), n_chunks, n_ctx,
                  ppl_fp16 > 0 ? fmt::format(", fp16 PPL {:.4f} on the same tokens", ppl_fp16) : "");
       print_table(table);

@@ -3,6 +3,7 @@
 // methods, `k=SPEC,v=SPEC` (e.g. `k=q8,v=q4`). Spec strings are stable: they appear in reports.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -84,6 +85,12 @@ class Method {
   int sink_tokens() const;
   // Average of key and value bits per element for compressed tokens.
   double bits_per_element(int head_dim) const;
+  // Tokens a sequence keeps in fp16: the sinks and the residual window (the larger side's).
+  int fp16_tokens() const;
+  // Bits per element everything counted when a sequence holds `ctx` tokens: bits_per_element for
+  // the compressed tokens and 16 for the fp16_tokens(), as their share of ctx (all of them fp16
+  // when ctx is at most fp16_tokens()). ctx must be at least 1.
+  double bits_counted(int head_dim, int64_t ctx) const;
 
   bool needs_calibration() const { return keys_->needs_calibration() || values_->needs_calibration(); }
   // The same method carrying a calibration; refuses (vq::Error, kUsage) one made for another spec.

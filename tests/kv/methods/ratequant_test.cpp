@@ -11,12 +11,14 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/core/rng.h"
 #include "src/kv/calib/calibrate.h"
 #include "src/kv/calib/rate_allocation.h"
 #include "src/kv/methods/ratequant/ratequant.h"
+#include "src/kv/registry.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
 #include "veloxquant/kv/cache.h"
@@ -338,7 +340,8 @@ TEST(Method_ratequant, KvquantProbeRunsEachWidthWithItsDatatype) {
 // Benchmarks on synthetic data have no model to probe: the budget is spread evenly, keys and
 // values alternating, and a KVQuant base gets its datatypes learned on the same data.
 TEST(Method_ratequant, SyntheticCalibrationSpreadsTheBudget) {
-  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=kvquant,avg=2.25", "ratequant:base=turbo,avg=3.75,lo=1"}) {
+  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=kvquant,avg=2.25", "ratequant:base=turbo,avg=3.75,lo=1",
+                           "ratequant:base=kvquant,avg=3,ctx=1024,residual=16"}) {
     const Method bare = parse_method(spec);
     const int L = 4, d = 64;
     auto x = make_data(Data::kOutliers, 512, d, 5);
@@ -351,7 +354,7 @@ TEST(Method_ratequant, SyntheticCalibrationSpreadsTheBudget) {
       lo = std::min({lo, lc.key_bits, lc.value_bits});
       hi = std::max({hi, lc.key_bits, lc.value_bits});
     }
-    EXPECT_EQ(total, ratequant_budget(bare, 2 * L)) << spec;
+    EXPECT_EQ(total, ratequant_budget(bare, 2 * L, d)) << spec;
     EXPECT_LE(hi - lo, 1) << spec;
     EXPECT_LE(std::abs(2 * keys - total), 1) << spec;  // both sides share the extra bits
     const Method m = bare.with_calibration(c);
@@ -362,7 +365,8 @@ TEST(Method_ratequant, SyntheticCalibrationSpreadsTheBudget) {
 
 TEST(Method_ratequant, SpecAndBudgetErrors) {
   for (const char* bad : {"ratequant:avg=5", "ratequant:avg=1.5", "ratequant:lo=4,hi=2", "ratequant:base=kvquant,lo=1,avg=2",
-                          "ratequant:base=turbo,lo=0", "ratequant:lo=1,avg=2", "k=ratequant,v=fp16", "k=fp16,v=ratequant"}) {
+                          "ratequant:base=turbo,lo=0", "ratequant:lo=1,avg=2", "k=ratequant,v=fp16", "k=fp16,v=ratequant",
+                          "ratequant:sink=1", "ratequant:base=kvquant,residual=-2", "ratequant:base=kvquant,sink=70000"}) {
     try {
       parse_method(bad);
       ADD_FAILURE() << bad << " accepted";
@@ -380,6 +384,74 @@ TEST(Method_ratequant, SpecAndBudgetErrors) {
   EXPECT_THROW(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.139"), 36), Error);
   // Codecs without an allocation are refused, not guessed.
   EXPECT_THROW(m.keys().key_codec(CodecContext{64, 0}), Error);
+}
+
+// With ctx set, avg is the bits per element everything counted: the widths sum to the largest
+// total whose bits, with the base's fp16 sinks and window as their share of ctx, stay within avg;
+// a longer window leaves fewer bits for the codes.
+TEST(Method_ratequant, CountedBudgetPaysForTheFp16Tokens) {
+  const int L = 18, d = 256, U = 2 * L;
+  const auto counted_at = [&](const Method& bare, int total) {
+    // An allocation with `total` widths; every base's bits rise one step a width on both sides,
+    // so any allocation of that total costs the same.
+    const std::vector<int> widths = ratequant_widths(bare);
+    std::vector<int> alloc(static_cast<size_t>(U), widths.front());
+    for (int extra = total - widths.front() * U, u = 0; extra > 0; u = (u + 1) % U) {
+      if (alloc[size_t(u)] < widths.back()) {
+        ++alloc[size_t(u)];
+        --extra;
+      }
+    }
+    double bits = 0;
+    for (int u = 0; u < U; ++u) {
+      const Method at = ratequant_base_method(bare, alloc[size_t(u)]);
+      bits += u % 2 == 0 ? at.keys().key_bits(d) : at.values().value_bits(d);
+    }
+    return bits_with_fp16_tokens(bits / U, ratequant_base_method(bare, widths.front()).fp16_tokens(), 2048);
+  };
+  for (const char* spec : {"ratequant:base=kvquant,avg=2.5,ctx=2048", "ratequant:base=kvquant,avg=2.5,ctx=2048,sink=4",
+                           "ratequant:base=kvquant,avg=3.5,ctx=2048,residual=128", "ratequant:avg=4,ctx=2048",
+                           "ratequant:base=turbo,avg=3,ctx=2048,lo=1,sink=4,residual=64"}) {
+    const Method bare = parse_method(spec);
+    const int total = ratequant_budget(bare, U, d);
+    const double avg = std::stod(std::string(spec).substr(std::string(spec).find("avg=") + 4));
+    EXPECT_LE(counted_at(bare, total), avg + 1e-9) << spec;
+    if (total < ratequant_widths(bare).back() * U) {
+      EXPECT_GT(counted_at(bare, total + 1), avg) << spec;
+    }
+  }
+  // KVQuant's one sink at 2048 tokens: 76 widths over 36 units is 2.477 bits, 77 would be 2.505.
+  EXPECT_EQ(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.5,ctx=2048"), U, d), 76);
+  // The window is the base's and is paid from the same budget.
+  const Method windowed = parse_method("ratequant:base=kvquant,avg=3.5,ctx=2048,residual=128");
+  EXPECT_EQ(windowed.fp16_tokens(), 129);
+  EXPECT_EQ(ratequant_base_method(windowed, 2).spec(), "kvquant:bits=2,residual=128");
+  EXPECT_LT(ratequant_budget(windowed, U, d),
+            ratequant_budget(parse_method("ratequant:base=kvquant,avg=3.5,ctx=2048"), U, d));
+  // Without a calibration the bits are the base's at the width the budget allows.
+  EXPECT_NEAR(parse_method("ratequant:base=kvquant,avg=2.5,ctx=2048").bits_counted(d, 2048), 2.5, 1e-9);
+  // A budget below every unit at lo, and one without the head size, are refused.
+  EXPECT_THROW(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.3,ctx=2048"), U, d), Error);
+  EXPECT_THROW(ratequant_budget(parse_method("ratequant:base=kvquant,avg=2.5,ctx=2048"), U), Error);
+}
+
+// A counted budget's calibration holds its allocation to it, on a real (synthetic) calibration
+// with each width's datatypes: the codecs follow it, and its bits everything counted are within avg.
+TEST(Method_ratequant, CountedBudgetCalibrates) {
+  const Method bare = parse_method("ratequant:base=kvquant,avg=4.5,ctx=512,residual=32");
+  const int L = 4, d = 64;
+  const auto bases = kvquant_at_each_width(bare, L, d);
+  const Calibration c = synthetic(bare, L, d, {0.1, 0.1, 3.0, 0.1, 0.1, 2.5, 0.1, 0.1}, bases);
+  int total = 0;
+  for (const auto& l : c.layers) total += l.key_bits + l.value_bits;
+  EXPECT_EQ(total, ratequant_budget(bare, 2 * L, d));
+  const Method m = bare.with_calibration(std::make_shared<Calibration>(c));
+  EXPECT_LE(m.bits_counted(d, 512), 4.5 + 1e-9);
+  EXPECT_EQ(m.fp16_tokens(), 33);
+  auto bad = std::make_shared<Calibration>(c);
+  bad->layers[0].key_bits += bad->layers[0].key_bits < 4 ? 1 : -1;
+  bad->layers[0].key_levels = bases[size_t(bad->layers[0].key_bits - 2)]->layers[0].key_levels;
+  EXPECT_THROW(bare.with_calibration(bad), Error);
 }
 
 TEST(Method_ratequant, RefusesAnAllocationThatMissesItsBudget) {

@@ -5,10 +5,19 @@
 // https://arxiv.org/abs/2502.04420, which also searches per-layer key/value precisions).
 //
 //   ratequant:base=kivi,avg=2.5[,lo=2,hi=4]        (base=turbo and base=kvquant also)
+//   ratequant:base=kvquant,avg=2.5,ctx=2048[,sink=S][,residual=R]
 //
 // Units are (layer, side): a layer's keys and its values each get a width in [lo, hi], and the
 // widths average exactly `avg` over all 2 * n_layer units (avg may be written to four decimals:
-// 2.1389 for 77 bits over 36 units). `veloxquant calibrate` measures, on calibration text, the
+// 2.1389 for 77 bits over 36 units). With ctx=N, avg is instead the budget in bits per element
+// everything counted when a sequence holds N tokens (Method::bits_counted: codes, scales, outlier
+// slots, every stored parameter, and the base's fp16 sinks and window as their share of N): the
+// widths then sum to the largest whole total whose bits stay within avg. sink=S and residual=R set
+// the base's fp16 sinks and window (defaults: the base's own), so the tokens kept in fp16 are part
+// of the budget they are paid from: a longer window leaves fewer bits for the codes. Every base's
+// bits grow by the same amount per width step on both sides (the codes are the width; scales,
+// outliers and windows do not depend on it), so all allocations with one total of widths cost the
+// same bits, and the allocation below is unchanged. `veloxquant calibrate` measures, on calibration text, the
 // mean KL of the next-token distribution when only one unit is compressed by the base method at
 // one width (everything else fp16), for every unit and width, against the same cache with no unit
 // compressed (ratequant_probe_reference: the base's fp16 sinks and windows kept); the allocation
@@ -25,7 +34,9 @@
 // learned at the width allocated to that layer's keys and to its values, which is what KVQuant's
 // codecs read from CodecContext::calib.
 //
-// Deviations from the issue's wording: the allocation is per layer and side, not per KV head (a
+// Deviations from the issue's wording: the sizes of the sinks and the window are chosen by the user
+// and paid from the budget, not chosen by the allocation (the probe would need a run per window
+// size and unit). The allocation is per layer and side, not per KV head (a
 // layer's per-head codecs must share one block shape in LayerCache, and widths differ in block
 // bytes; Gemma 3 270M has a single KV head per layer, so per layer is per head there). The water-
 // filling is kept as the Lagrangian view; the budget is met by an exact dynamic program, since
@@ -41,6 +52,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -77,10 +89,15 @@ bool whole_budget(double avg, int units, int* total) {
   return std::fabs(t - std::round(t)) <= 5e-5 * units + 1e-9;
 }
 
-const ParamInfo& param_of(const MethodDef& def, const std::string& name) {
+const ParamInfo* find_param(const MethodDef& def, const std::string& name) {
   for (const auto& p : def.info.params) {
-    if (p.name == name) return p;
+    if (p.name == name) return &p;
   }
+  return nullptr;
+}
+
+const ParamInfo& param_of(const MethodDef& def, const std::string& name) {
+  if (const ParamInfo* p = find_param(def, name)) return *p;
   throw_internal(name.c_str(), __FILE__, __LINE__);
 }
 
@@ -88,21 +105,36 @@ class RateQuantMethod final : public MethodImpl {
  public:
   explicit RateQuantMethod(const ParamValues& v)
       : base_(size_t(param_int(v, "base"))), avg_(param_float(v, "avg")), lo_(param_int(v, "lo")),
-        hi_(param_int(v, "hi")) {
+        hi_(param_int(v, "hi")), ctx_(param_int(v, "ctx")) {
     const Base& b = kBases[base_];
     const MethodDef& def = b.def();
     VQ_CHECK(lo_ <= hi_, fmt::format("ratequant: lo={} is above hi={}", lo_, hi_));
-    VQ_CHECK(avg_ >= lo_ && avg_ <= hi_, fmt::format("ratequant: avg={:g} is outside [lo, hi] = [{}, {}]", avg_, lo_, hi_));
+    // A budget counted at ctx tokens is checked against the bits once head_dim is known
+    // (ratequant_budget), since the base's scales and outliers depend on it.
+    VQ_CHECK(ctx_ > 0 || (avg_ >= lo_ && avg_ <= hi_),
+             fmt::format("ratequant: avg={:g} is outside [lo, hi] = [{}, {}]", avg_, lo_, hi_));
     const ParamInfo& kp = param_of(def, b.key_param);
     VQ_CHECK(lo_ >= kp.min && hi_ <= kp.max, fmt::format("ratequant: {} takes {} in [{}, {}], not [{}, {}]", def.info.name,
                                                          kp.name, int(kp.min), int(kp.max), lo_, hi_));
+    ParamValues given;  // the base's fp16 sinks and window, where the spec sets them
+    for (const char* name : {"sink", "residual"}) {
+      const int x = param_int(v, name);
+      if (x < 0) continue;
+      const ParamInfo* p = find_param(def, name);
+      VQ_CHECK(p, fmt::format("ratequant: {} has no {} parameter", def.info.name, name));
+      VQ_CHECK(x >= p->min && x <= p->max,
+               fmt::format("ratequant: {} takes {} in [{}, {}], not {}", def.info.name, name, int(p->min), int(p->max), x));
+      given[name] = x;
+    }
     for (int w = lo_; w <= hi_; ++w) {
       ParamValues bv;
       for (const auto& p : def.info.params) bv[p.name] = p.default_value;
+      for (const auto& [name, x] : given) bv[name] = x;
       bv[b.key_param] = w;
       bv[b.value_param] = w;
       by_width_.push_back(std::shared_ptr<const MethodImpl>(def.make(bv)));
     }
+    for (const auto& [name, x] : given) base_params_ += fmt::format(",{}={}", name, int(x));
     ParamValues fv;
     for (const auto& p : fp16_method().info.params) fv[p.name] = p.default_value;
     fp16_ = std::shared_ptr<const MethodImpl>(fp16_method().make(fv));
@@ -117,10 +149,10 @@ class RateQuantMethod final : public MethodImpl {
     return w == 0 ? fp16_->value_codec(ctx) : at(w).value_codec(ctx);
   }
   double key_bits(int d) const override {
-    return mean_bits(0, [&](const MethodImpl& m) { return m.key_bits(d); });
+    return mean_bits(d, 0, [&](const MethodImpl& m) { return m.key_bits(d); });
   }
   double value_bits(int d) const override {
-    return mean_bits(1, [&](const MethodImpl& m) { return m.value_bits(d); });
+    return mean_bits(d, 1, [&](const MethodImpl& m) { return m.value_bits(d); });
   }
   // The window and sinks do not depend on the width for kivi and turbo.
   int key_keep() const override { return at(lo_).key_keep(); }
@@ -156,9 +188,14 @@ class RateQuantMethod final : public MethodImpl {
     }
     const int units = 2 * int(c.layers.size());
     int total = 0;
-    VQ_CHECK_DATA(!c.layers.empty() && whole_budget(avg_, units, &total) && sum == total,
-                  fmt::format("the calibration for '{}' allocates {} bits over {} units, not avg={:g} of them", c.spec,
-                              sum, units, avg_));
+    if (ctx_ > 0) {
+      VQ_CHECK_DATA(!c.layers.empty() && c.model.head_dim > 0,
+                    fmt::format("the calibration for '{}' holds no head size", c.spec));
+      total = counted_budget(units, c.model.head_dim);
+    }
+    VQ_CHECK_DATA(!c.layers.empty() && (ctx_ > 0 || whole_budget(avg_, units, &total)) && sum == total,
+                  fmt::format("the calibration for '{}' allocates {} bits over {} units, not the {} its budget gives",
+                              c.spec, sum, units, total));
     return m;
   }
 
@@ -174,19 +211,51 @@ class RateQuantMethod final : public MethodImpl {
     return m;
   }
   bool learns_per_width() const { return kBases[base_].learns_per_width; }
-  // The base method at width w with its other parameters at their defaults.
+  // The base method at width w with the spec's sinks and window, its other parameters at their
+  // defaults.
   std::string base_spec(int w) const {
     const Base& b = kBases[base_];
-    return b.key_param == std::string(b.value_param) ? fmt::format("{}:{}={}", kBaseNames[base_], b.key_param, w)
-                                                     : fmt::format("{}:{}={},{}={}", kBaseNames[base_], b.key_param, w,
-                                                                   b.value_param, w);
+    return (b.key_param == std::string(b.value_param)
+                ? fmt::format("{}:{}={}", kBaseNames[base_], b.key_param, w)
+                : fmt::format("{}:{}={},{}={}", kBaseNames[base_], b.key_param, w, b.value_param, w)) +
+           base_params_;
   }
   int lo() const { return lo_; }
   int hi() const { return hi_; }
   double avg() const { return avg_; }
+  int ctx() const { return ctx_; }
+
+  // With ctx set: the largest whole total of widths over `units` units (2 per layer) whose bits
+  // per element, everything counted at ctx tokens, stay within avg; refused (kUsage, one line)
+  // when even every unit at lo spends more.
+  int counted_budget(int units, int head_dim) const {
+    VQ_CHECK(ctx_ > 0 && units >= 2 && units % 2 == 0 && head_dim >= 1, "ratequant: counted budget out of range");
+    const int W = hi_ - lo_ + 1;
+    // Every base's bits rise by one step per width on both sides; held here, since the budget
+    // below relies on it (all allocations with one total then cost the same bits).
+    const double step = W > 1 ? at(lo_ + 1).key_bits(head_dim) - at(lo_).key_bits(head_dim) : 0.0;
+    for (int i = 0; i < W; ++i) {
+      const MethodImpl& m = at(lo_ + i);
+      if (std::fabs(m.key_bits(head_dim) - at(lo_).key_bits(head_dim) - i * step) > 1e-9 ||
+          std::fabs(m.value_bits(head_dim) - at(lo_).value_bits(head_dim) - i * step) > 1e-9) {
+        throw_internal("ratequant: a base whose bits are not one step per width", __FILE__, __LINE__);
+      }
+    }
+    const double lo_bits = 0.5 * (at(lo_).key_bits(head_dim) + at(lo_).value_bits(head_dim));
+    int best = -1;
+    for (int total = units * lo_; total <= units * hi_; ++total) {
+      const double mean = lo_bits + step * double(total - units * lo_) / double(units);
+      if (bits_with_fp16_tokens(mean, fp16_tokens(), ctx_) <= avg_ + 1e-9) best = total;
+    }
+    VQ_CHECK(best >= 0, fmt::format("ratequant: avg={:g} bits everything counted at ctx={} is below the least it "
+                                    "can spend, {:.4f} (every unit at lo={}, {} fp16 tokens)",
+                                    avg_, ctx_, bits_with_fp16_tokens(lo_bits, fp16_tokens(), ctx_), lo_, fp16_tokens()));
+    return best;
+  }
 
  private:
   const MethodImpl& at(int w) const { return *by_width_[size_t(w - lo_)]; }
+  int fp16_tokens() const { return at(lo_).sink_tokens() + std::max(at(lo_).key_keep(), at(lo_).value_keep()); }
   int width(int layer, int side) const {
     VQ_CHECK(!alloc_.empty(), "ratequant: the codecs need the allocation of a calibration (veloxquant calibrate)");
     VQ_CHECK_DATA(layer >= 0 && size_t(layer) < alloc_.size(),
@@ -194,11 +263,22 @@ class RateQuantMethod final : public MethodImpl {
     return alloc_[size_t(layer)][size_t(side)];
   }
   template <typename Bits>
-  double mean_bits(int side, Bits bits) const {
+  double mean_bits(int d, int side, Bits bits) const {
     if (alloc_.empty()) {
-      // Before calibration: the base's formula at avg, interpolated between lo and hi.
+      // Before calibration: the base's formula at the mean width the budget allows (avg itself, or
+      // with ctx set, the width whose bits everything counted are avg), interpolated between lo
+      // and hi.
       const double b_lo = bits(at(lo_)), b_hi = bits(at(hi_));
-      return hi_ == lo_ ? b_lo : b_lo + (avg_ - lo_) * (b_hi - b_lo) / (hi_ - lo_);
+      if (hi_ == lo_) return b_lo;
+      double w = avg_;
+      if (ctx_ > 0) {
+        const double m_lo = 0.5 * (at(lo_).key_bits(d) + at(lo_).value_bits(d));
+        const double m_hi = 0.5 * (at(hi_).key_bits(d) + at(hi_).value_bits(d));
+        const int64_t kept = std::min<int64_t>(fp16_tokens(), ctx_);
+        const double codes = kept >= ctx_ ? m_lo : (avg_ * ctx_ - 16.0 * double(kept)) / double(ctx_ - kept);
+        w = std::clamp(lo_ + (codes - m_lo) * (hi_ - lo_) / (m_hi - m_lo), double(lo_), double(hi_));
+      }
+      return b_lo + (w - lo_) * (b_hi - b_lo) / (hi_ - lo_);
     }
     double s = 0;
     for (const auto& a : alloc_) {
@@ -211,6 +291,8 @@ class RateQuantMethod final : public MethodImpl {
   size_t base_;
   double avg_;
   int lo_, hi_;
+  int ctx_;                  // 0: avg is the mean width; else the bits everything counted at ctx tokens
+  std::string base_params_;  // ",sink=S,residual=R" as the spec sets them, for base_spec
   std::vector<std::shared_ptr<const MethodImpl>> by_width_;
   std::shared_ptr<const MethodImpl> fp16_;
   std::vector<std::array<int, 2>> alloc_;  // (key, value) width per layer; 0: fp16 (the probe)
@@ -234,8 +316,12 @@ std::vector<int> ratequant_widths(const Method& m) {
   return w;
 }
 
-int ratequant_budget(const Method& m, int units) {
+int ratequant_budget(const Method& m, int units, int head_dim) {
   const RateQuantMethod& r = ratequant_impl(m);
+  if (r.ctx() > 0) {
+    VQ_CHECK(head_dim >= 1, fmt::format("'{}': a budget counted at ctx tokens needs the head size", m.spec()));
+    return r.counted_budget(units, head_dim);
+  }
   int total = 0;
   VQ_CHECK(whole_budget(r.avg(), units, &total),
            fmt::format("'{}': avg={:g} over {} units (keys and values of each layer) is {:g} bits, not a whole number; "
@@ -326,7 +412,7 @@ Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, c
   const std::vector<int> widths = ratequant_widths(m);
   const int L = int(probe.size());
   VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
-  const int total = ratequant_budget(m, 2 * L);
+  const int total = ratequant_budget(m, 2 * L, model.head_dim);
   // The allocation is computed from the stored (float) values, so that a file's allocation
   // follows from its own table.
   std::vector<std::vector<double>> loss;
@@ -346,7 +432,7 @@ Calibration ratequant_even_calibration(const Method& m, const ModelIdentity& mod
   const std::vector<int> widths = ratequant_widths(m);
   const int L = model.n_layer, U = 2 * L, lo = widths.front();
   VQ_CHECK(L >= 1, "ratequant: no layers");
-  const int extra = ratequant_budget(m, U) - lo * U;  // within [0, (hi - lo) * U]: avg is in [lo, hi]
+  const int extra = ratequant_budget(m, U, model.head_dim) - lo * U;  // within [0, (hi - lo) * U]: avg is in [lo, hi]
   // Spread over the order keys of layers 0..L-1, then values of layers 0..L-1, so both sides and
   // all depths get their share.
   std::vector<int> alloc;
@@ -366,9 +452,18 @@ const MethodDef& ratequant_method() {
        {
            {"base", ParamType::kChoice, 0, 0, 2, "base method (its other parameters at their defaults)",
             {kBaseNames[0], kBaseNames[1], kBaseNames[2]}},
-           {"avg", ParamType::kFloat, 3, 1, 8, "average bit width over all layers' keys and values (met exactly)", {}},
+           {"avg", ParamType::kFloat, 3, 1, 16,
+            "average bit width over all layers' keys and values (met exactly); with ctx, the bits per element "
+            "everything counted",
+            {}},
            {"lo", ParamType::kInt, 2, 1, 8, "fewest bits a unit may get", {}},
            {"hi", ParamType::kInt, 4, 1, 8, "most bits a unit may get", {}},
+           {"ctx", ParamType::kInt, 0, 0, 1 << 20,
+            "tokens a sequence holds when avg counts everything, fp16 sinks and window included (0: avg is the mean "
+            "width)",
+            {}},
+           {"sink", ParamType::kInt, -1, -1, 1 << 16, "the base's fp16 sink tokens (-1: the base's default)", {}},
+           {"residual", ParamType::kInt, -1, -1, 1 << 20, "the base's fp16 window (-1: the base's default)", {}},
        }},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<RateQuantMethod>(v); }};
   return def;

@@ -17,9 +17,11 @@ namespace vq::kv {
 bool is_ratequant(const Method& m);
 // Its candidate widths lo, lo+1, ..., hi. Throws vq::Error (kUsage) when m is not ratequant.
 std::vector<int> ratequant_widths(const Method& m);
-// The budget over `units` (layer, side) units, avg * units bits; refused (kUsage, one line) when
-// that is not a whole number of bits.
-int ratequant_budget(const Method& m, int units);
+// The budget over `units` (layer, side) units, as a total of widths: avg * units, refused (kUsage,
+// one line) when that is not a whole number of bits; with ctx set, the largest total whose bits
+// everything counted at ctx tokens (for heads of head_dim) stay within avg, refused when even all
+// units at lo spend more.
+int ratequant_budget(const Method& m, int units, int head_dim = 0);
 
 // Whether m's base learns a datatype per width (kvquant): then the probe and the allocation need
 // the base's calibration at every candidate width.
