@@ -35,9 +35,20 @@ def _chunking(r):
     return (r.get("ctx"), r.get("chunks"), r.get("part", "all"))
 
 
+def same_chunking(a, b):
+    """Whether two perplexity rows scored the same text with the same chunking."""
+    return _chunking(a) == _chunking(b)
+
+
+def is_reference(kv):
+    """fp16 itself and fp16 with sinks or a window: they hold the reference's own numbers, so they
+    measure the engine's arithmetic, not a method."""
+    return kv == "fp16" or kv.startswith("fp16:")
+
+
 def quality_rows(results_dir):
     """(chunking, rows): the rows of every perplexity file that used the main table's chunking, the
-    newest measurement of each spec, without fp16 (the reference itself)."""
+    newest measurement of each spec, without fp16 (the reference itself) and its variants."""
     main_path = os.path.join(results_dir, "perplexity.json")
     if not os.path.exists(main_path):
         return None, []
@@ -55,7 +66,7 @@ def quality_rows(results_dir):
     chunking = _chunking(sources[0][2])
     newest = {}
     for name, stamp, r in sources:
-        if r["kv"] == "fp16" or "kl_mean" not in r or _chunking(r) != chunking:
+        if is_reference(r["kv"]) or "kl_mean" not in r or _chunking(r) != chunking:
             continue
         row = dict(r, source=name, commit=stamp["commit"][:7], date=stamp["date"])
         if r["kv"] not in newest or row["date"] > newest[r["kv"]]["date"]:

@@ -326,9 +326,27 @@ def llama_note(g, same, ours_fp16):
 PPL_HEADER = ["method", "bits/elem", "PPL", "ΔPPL", "mean KL", "KL p99", "top-1 agreement", "seeds"]
 
 
-def extra_quality_sections():
+def floor_note(runs):
+    """What a row that holds the reference's own fp16 numbers (an fp16 spec with sinks or a window,
+    which only sums them in another order) says about every other row: the smallest KL this
+    engine's arithmetic lets any change of the cache reach."""
+    same = [r for r in runs if r["kv"] != "fp16" and pick.is_reference(r["kv"]) and "kl_mean" in r]
+    if not same:
+        return []
+    return [" ".join(
+        "`%s` holds the same fp16 numbers as the reference and only sums them in another order: its mean KL, "
+        "%.5f (top-1 agreement %.4f), is the floor under every row here." % (r["kv"], r["kl_mean"],
+                                                                            r.get("top1_agreement", 1.0))
+        for r in same) + " The weight kernels quantize each product's activations to 8 bits, as llama.cpp's "
+        "do, so a last-bit difference anywhere in the cache moves some of those roundings by a whole quantum, "
+        "and the change spreads through the layers (docs/engine.md).", ""]
+
+
+def extra_quality_sections(main_first=None, main_fp16_ppl=None):
     """results/perplexity_*.json: single stamped perplexity runs of further method families, made by hand
-    with the command in their stamp (the report's own matrix does not run them)."""
+    with the command in their stamp (the report's own matrix does not run them). A section on the main
+    table's text and chunking whose fp16 perplexity differs from the main table's was measured by
+    another build of the engine, and says so."""
     parts = []
     for path in sorted(glob.glob(os.path.join(RESULTS, "perplexity_*.json"))):
         with open(path) as f:
@@ -345,6 +363,11 @@ def extra_quality_sections():
         calib = doc["stamp"].get("calibration_command")
         if calib:
             parts += ["Calibration: `%s`" % calib, ""]
+        if (base and main_first and main_fp16_ppl and pick.same_chunking(first, main_first) and
+                abs(base["ppl"] / main_fp16_ppl - 1) > 1e-9):
+            parts += ["Measured by another build of the engine (commit `%s`): its fp16 perplexity is %.4f, the main "
+                      "table's %.4f, so its KL compares with the rows of this section, not with the main table's." %
+                      (doc["stamp"]["commit"].split()[0][:12], base["ppl"], main_fp16_ppl), ""]
         parts += seeds_sentence(runs)
         parts += [table(PPL_HEADER, ppl_rows(runs, base)), "", "Command:", ""] + commands([doc]) + [""]
     if parts:
@@ -408,6 +431,7 @@ def render():
         anchors = llama if same else None
         parts += seeds_sentence(runs)
         parts += [table(PPL_HEADER, rows + (llama_rows(llama) if same else [])), ""]
+        parts += floor_note(runs)
         if llama:
             if not same:
                 parts += [table(PPL_HEADER, llama_rows(llama)), ""]
@@ -448,7 +472,9 @@ def render():
         ax.set_title("Perplexity against memory (dashed: fp16 cache)")
         parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
         parts += ["Commands:", ""] + commands(ppl["runs"]) + [""]
-    parts += extra_quality_sections()
+    main_runs = [r["data"] for r in ppl["runs"]] if ppl else []
+    main_base = next((r for r in main_runs if r["kv"] == "fp16"), None)
+    parts += extra_quality_sections(main_runs[0] if main_runs else None, main_base["ppl"] if main_base else None)
     parts += pick.section(RESULTS, plt, savefig, table, anchors)
 
     pk = load("passkey")
