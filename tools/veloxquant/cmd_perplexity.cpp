@@ -91,8 +91,8 @@ Runner add_perplexity_command(CLI::App& app) {
     // The bits a row really costs, where the cache keeps tokens in fp16 (sinks, window).
     const auto counted_note = [&](const kv::Method& m) -> std::string {
       if (m.fp16_tokens() == 0) return "";
-      return fmt::format("; {:.3f} counting its {} fp16 tokens of {}", m.bits_counted(head_dim, n_ctx), m.fp16_tokens(),
-                         n_ctx);
+      return fmt::format("; {:.3f} counting its {} fp16 token{} of {}", m.bits_counted(head_dim, n_ctx), m.fp16_tokens(),
+                         m.fp16_tokens() == 1 ? "" : "s", n_ctx);
     };
     nlohmann::json runs = nlohmann::json::array();
     // --seeds N > 1: one table row per spec, means over its seeds with [min, max].
