@@ -34,7 +34,9 @@ for kv in ("fp16", "q8"):
     assert runs[kv]["n_seeds"] == 1 and "seeds" not in runs[kv], runs[kv]
 assert runs["q8"]["ppl_fp16"] == t["ppl_fp16"] == runs["fp16"]["ppl"]
 row = next(l for l in text.splitlines() if l.startswith("turbo "))
-assert row.split()[2] == "2" and "[" in row, row
+# kv, bits/elem, counted (the same: turbo keeps no fp16 tokens by default), seeds, ...
+assert row.split()[3] == "2" and row.split()[1] == row.split()[2] and "[" in row, row
+assert runs["q8"]["kv_bits_counted"] == runs["q8"]["kv_bits_per_element"] == 8.5, runs["q8"]
 PY
 fail=0
 for n in 0 -1 x 100000; do
