@@ -88,9 +88,11 @@ double Method::bits_per_element(int head_dim) const {
   return 0.5 * (keys_->key_bits(head_dim) + values_->value_bits(head_dim));
 }
 
-int Method::fp16_tokens() const {
-  return sink_tokens() + std::max(keys_->key_keep(), values_->value_keep());
+int fp16_tokens(const MethodImpl& keys, const MethodImpl& values) {
+  return std::max(keys.sink_tokens(), values.sink_tokens()) + std::max(keys.key_keep(), values.value_keep());
 }
+
+int Method::fp16_tokens() const { return kv::fp16_tokens(*keys_, *values_); }
 
 double bits_with_fp16_tokens(double bits, int64_t fp16_tokens, int64_t ctx) {
   VQ_CHECK(ctx >= 1 && fp16_tokens >= 0, "bits counted: a context of fewer than one token");

@@ -36,6 +36,9 @@ inline int param_int(const ParamValues& v, const std::string& key) { return int(
 inline double param_float(const ParamValues& v, const std::string& key) { return v.at(key); }
 inline bool param_bool(const ParamValues& v, const std::string& key) { return v.at(key) != 0; }
 
+// The tokens a cache keeps in fp16 with `keys` and `values` as its sides: the sinks and the larger
+// side's residual window (Method::fp16_tokens's rule, for a method's parts).
+int fp16_tokens(const MethodImpl& keys, const MethodImpl& values);
 // Bits per element when `fp16_tokens` of the `ctx` tokens a sequence holds stay in fp16 and the
 // rest take `bits` (Method::bits_counted's rule, for a method's parts).
 double bits_with_fp16_tokens(double bits, int64_t fp16_tokens, int64_t ctx);

@@ -255,7 +255,7 @@ class RateQuantMethod final : public MethodImpl {
 
  private:
   const MethodImpl& at(int w) const { return *by_width_[size_t(w - lo_)]; }
-  int fp16_tokens() const { return at(lo_).sink_tokens() + std::max(at(lo_).key_keep(), at(lo_).value_keep()); }
+  int fp16_tokens() const { return kv::fp16_tokens(at(lo_), at(lo_)); }
   int width(int layer, int side) const {
     VQ_CHECK(!alloc_.empty(), "ratequant: the codecs need the allocation of a calibration (veloxquant calibrate)");
     VQ_CHECK_DATA(layer >= 0 && size_t(layer) < alloc_.size(),
