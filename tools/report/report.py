@@ -408,6 +408,7 @@ def render():
 
     ppl = load("perplexity")
     anchors = None  # llama.cpp's figures, where they share the quality table's text and chunking
+    runs, base = [], None  # the main table's rows and its fp16 row, which the further sections compare with
     if ppl:
         runs = [r["data"] for r in ppl["runs"]]
         base = next((r for r in runs if r["kv"] == "fp16"), None)
@@ -472,9 +473,7 @@ def render():
         ax.set_title("Perplexity against memory (dashed: fp16 cache)")
         parts += ["![PPL against bits](%s)" % savefig(plt, fig, "ppl_vs_bits.png"), ""]
         parts += ["Commands:", ""] + commands(ppl["runs"]) + [""]
-    main_runs = [r["data"] for r in ppl["runs"]] if ppl else []
-    main_base = next((r for r in main_runs if r["kv"] == "fp16"), None)
-    parts += extra_quality_sections(main_runs[0] if main_runs else None, main_base["ppl"] if main_base else None)
+    parts += extra_quality_sections(runs[0] if runs else None, base["ppl"] if base else None)
     parts += pick.section(RESULTS, plt, savefig, table, anchors)
 
     pk = load("passkey")
