@@ -5,11 +5,12 @@
 // input is refused with vq::Error.
 //
 // Seeds: VQ_FUZZ_MAKE_SEEDS=DIR ./fuzz_calibration writes valid payloads (kvquant at 2, 3 and 4
-// bits, with and without outliers, spectral at two settings, commvq, and ratequant over kivi and turbo,
-// two layers of head size 32) to DIR.
+// bits, with and without outliers, spectral at two settings, commvq, and ratequant over kivi and turbo
+// per layer and over kivi and kvquant per KV head, two layers of head size 32) to DIR.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
@@ -54,17 +55,35 @@ void make_seeds(const char* dir) {
                                      "fuzz seed");
     write_seed(dir, i++, vq::kv::serialize_calibration(c));
   }
-  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=turbo,avg=2.5,lo=1,hi=4"}) {
+  for (const char* spec : {"ratequant:avg=2.5", "ratequant:base=turbo,avg=2.5,lo=1,hi=4", "ratequant:avg=2.5,unit=head",
+                           "ratequant:base=kvquant,avg=3,unit=head"}) {
     const vq::kv::Method m = vq::kv::parse_method(spec);
     const size_t W = vq::kv::ratequant_widths(m).size();
-    std::vector<std::array<std::vector<double>, 2>> probe(2);
+    const int heads = vq::kv::ratequant_per_head(m) ? 2 : 1, d = 32;
+    vq::kv::RateProbe probe(2);
     for (size_t l = 0; l < 2; ++l) {
       for (size_t s = 0; s < 2; ++s) {
-        for (size_t w = 0; w < W; ++w) probe[l][s].push_back(double(l * 2 + s + 1) / double(1 << (2 * w)));
+        for (int h = 0; h < heads; ++h) {
+          for (size_t w = 0; w < W; ++w) probe[l][s].push_back(double(l * 2 + s + 1 + h) / double(1 << (2 * w)));
+        }
       }
     }
-    const auto c = vq::kv::ratequant_calibration(m, vq::kv::ModelIdentity{"seed", "fuzz", 7, 2, 1, 32}, "fuzz seed", 64,
-                                                 probe);
+    std::vector<std::shared_ptr<const vq::kv::Calibration>> bases;
+    if (vq::kv::ratequant_learns_per_width(m)) {
+      const int n = 64;
+      std::vector<float> k(size_t(n) * d), v(k.size());
+      for (size_t j = 0; j < k.size(); ++j) {
+        k[j] = float(int(j * 37 % 29) - 14) * (j % d == 3 ? 9.0f : 1.0f);
+        v[j] = float(int(j * 11 % 23) - 11);
+      }
+      for (int w : vq::kv::ratequant_widths(m)) {
+        bases.push_back(vq::kv::calibrate_on_synthetic(vq::kv::ratequant_base_method(m, w),
+                                                       vq::kv::LayerConfig(1, d, 0, 0, neox()), k.data(), v.data(), n, 2,
+                                                       "fuzz seed"));
+      }
+    }
+    const auto c = vq::kv::ratequant_calibration(m, vq::kv::ModelIdentity{"seed", "fuzz", 7, 2, heads, d}, "fuzz seed", 64,
+                                                 probe, bases);
     write_seed(dir, i++, vq::kv::serialize_calibration(c));
   }
 }
@@ -83,17 +102,21 @@ void exercise(std::shared_ptr<vq::kv::Calibration> c) {
     c->spec = bare.spec();
     m = bare.with_calibration(c);
   }
+  // Up to two KV heads: a per-head allocation gives them codecs of their own widths.
+  const int heads = std::min(c->model.n_kv_heads, 2);
   std::vector<vq::kv::LayerConfig> layout;
-  for (int l = 0; l < int(c->layers.size()) && l < 3; ++l) layout.emplace_back(1, d, l, l == 1 ? 8 : 0, neox());
+  for (int l = 0; l < int(c->layers.size()) && l < 3; ++l) layout.emplace_back(heads, d, l, l == 1 ? 8 : 0, neox());
   vq::kv::KvCache cache(m, layout);
-  std::vector<float> x(static_cast<size_t>(d)), q(size_t(2) * d, 0.25f), out(q.size());
+  std::vector<float> x(static_cast<size_t>(heads) * d), q(size_t(2 * heads) * d, 0.25f), out(q.size());
   for (int t = 0; t < 20; ++t) {
-    for (int j = 0; j < d; ++j) x[size_t(j)] = float((t * 13 + j * 5) % 11) - 5.0f + (j == 1 ? 300.0f : 0.0f);
+    for (size_t j = 0; j < x.size(); ++j) {
+      x[j] = float((t * 13 + int(j) * 5) % 11) - 5.0f + (j % size_t(d) == 1 ? 300.0f : 0.0f);
+    }
     for (size_t l = 0; l < cache.n_layers(); ++l) {
       auto& layer = cache.layer(l);
       const int64_t pos = layer.n_tokens();
       layer.append(x.data(), x.data(), 1);
-      layer.attend(q.data(), 1, 2, &pos, 0.2f, out.data());
+      layer.attend(q.data(), 1, 2 * heads, &pos, 0.2f, out.data());
     }
   }
 }

@@ -55,6 +55,12 @@ void check_checked_file_writable(const std::string& path) {
 }
 
 std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t version) {
+  uint32_t read = 0;
+  return read_checked_file(path, magic, version, version, &read);
+}
+
+std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t min_version,
+                                       uint32_t max_version, uint32_t* version) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   VQ_CHECK(f, fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   std::vector<uint8_t> buf;
@@ -68,7 +74,12 @@ std::vector<uint8_t> read_checked_file(const std::string& path, const char (&mag
                 fmt::format("{}: not a {} file (bad magic or too short)", path, std::string(magic, 8)));
   ByteReader r(buf.data() + 8, buf.size() - 8, path);
   const uint32_t v = r.u32("version");
-  VQ_CHECK_DATA(v == version, fmt::format("{}: format version {}, this build reads version {}", path, v, version));
+  VQ_CHECK_DATA(v >= min_version && v <= max_version,
+                min_version == max_version
+                    ? fmt::format("{}: format version {}, this build reads version {}", path, v, min_version)
+                    : fmt::format("{}: format version {}, this build reads versions {} to {}", path, v, min_version,
+                                  max_version));
+  *version = v;
   const uint64_t size = r.u64("payload size");
   VQ_CHECK_DATA(size == buf.size() - kHeader - 4,
                 fmt::format("{}: payload size {} but the file holds {} bytes (truncated or damaged)", path, size,

@@ -21,5 +21,9 @@ void check_checked_file_writable(const std::string& path);
 // Throws vq::Error: kUsage when the file cannot be opened, kData when it is not a valid file of
 // this kind (the message names the path and what is wrong).
 std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t version);
+// The same for a kind of file with several versions: any in [min_version, max_version], the one read
+// stored in *version.
+std::vector<uint8_t> read_checked_file(const std::string& path, const char (&magic)[9], uint32_t min_version,
+                                       uint32_t max_version, uint32_t* version);
 
 }  // namespace vq

@@ -10,20 +10,26 @@
 
 namespace vq::eval {
 
-std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Model& model, const kv::Method& method,
-                                                               const std::vector<std::vector<int32_t>>& chunks,
-                                                               const std::vector<std::shared_ptr<const kv::Calibration>>& base_calibs,
-                                                               const std::function<void(int64_t, int64_t)>& progress) {
+kv::RateProbe run_rate_probe(const engine::Model& model, const kv::Method& method,
+                             const std::vector<std::vector<int32_t>>& chunks,
+                             const std::vector<std::shared_ptr<const kv::Calibration>>& base_calibs,
+                             const std::function<void(int64_t, int64_t)>& progress) {
   VQ_CHECK(!chunks.empty(), "ratequant probe: no calibration chunks");
   const std::vector<int> widths = kv::ratequant_widths(method);
   const int L = int(model.cache_layout().size()), W = int(widths.size());
+  // With unit=head, each KV head of each layer is a unit of its own (head -1: the whole layer).
+  const bool per_head = kv::ratequant_per_head(method);
+  const int H = per_head ? model.cache_layout()[0].n_kv_heads : 1;
+  for (const kv::LayerConfig& c : model.cache_layout()) {
+    VQ_CHECK(!per_head || c.n_kv_heads == H, "ratequant probe: unit=head needs the same KV heads in every layer");
+  }
   const int64_t n_ctx = int64_t(chunks[0].size()), V = model.config().n_vocab;
   const std::vector<uint8_t> want = scored_rows(n_ctx);
   const int64_t rows = n_ctx - 1 - first_scored_row(n_ctx);
   VQ_CHECK(rows > 0, fmt::format("ratequant probe: chunks of {} tokens score nothing", n_ctx));
-  std::vector<std::array<std::vector<double>, 2>> probe(static_cast<size_t>(L));
-  for (auto& p : probe) p = {std::vector<double>(size_t(W), 0.0), std::vector<double>(size_t(W), 0.0)};
-  const int64_t runs = int64_t(chunks.size()) * L * 2 * W;
+  kv::RateProbe probe(static_cast<size_t>(L));
+  for (auto& p : probe) p = {std::vector<double>(size_t(H * W), 0.0), std::vector<double>(size_t(H * W), 0.0)};
+  const int64_t runs = int64_t(chunks.size()) * L * 2 * H * W;
   int64_t done = 0;
   std::vector<float> logits;
   for (const std::vector<int32_t>& chunk : chunks) {
@@ -34,17 +40,20 @@ std::vector<std::array<std::vector<double>, 2>> run_rate_probe(const engine::Mod
     const ReferenceDistributions p(logits, rows, V);
     for (int l = 0; l < L; ++l) {
       for (int side = 0; side < 2; ++side) {
-        for (int i = 0; i < W; ++i) {
-          {
-            engine::Session s(model,
-                              kv::ratequant_probe_method(method, L, l, side, widths[size_t(i)],
-                                                         base_calibs.empty() ? nullptr : base_calibs[size_t(i)]),
-                              n_ctx);
-            s.feed_select(chunk, want, &logits);
+        for (int h = 0; h < H; ++h) {
+          for (int i = 0; i < W; ++i) {
+            {
+              engine::Session s(model,
+                                kv::ratequant_probe_method(method, L, l, side, widths[size_t(i)],
+                                                           base_calibs.empty() ? nullptr : base_calibs[size_t(i)],
+                                                           per_head ? h : -1),
+                                n_ctx);
+              s.feed_select(chunk, want, &logits);
+            }
+            probe[size_t(l)][size_t(side)][size_t(h * W + i)] += p.mean_kl(logits) / double(chunks.size());
+            ++done;
+            if (progress) progress(done, runs);
           }
-          probe[size_t(l)][size_t(side)][size_t(i)] += p.mean_kl(logits) / double(chunks.size());
-          ++done;
-          if (progress) progress(done, runs);
         }
       }
     }

@@ -44,7 +44,9 @@ struct Plan {
   int n_q_heads = 0;
   int rows_total = 0;         // query rows per KV head: n_q * G, row r is token r / G
   int n_row_blocks = 0;
-  size_t S = 0, A = 0;        // query-state and accumulator floats per row
+  // Per KV head: its key codec's query-state floats per row (per-head codecs may differ) and where
+  // its states start. (Each item's accumulators take its value codec's own width.)
+  std::vector<size_t> S, state_at;
   float softcap = 0.0f;
   std::vector<int64_t> lo, hi;  // visible positions [lo, hi] of each query token
   int64_t pos_min = 0, pos_max = -1;
@@ -56,10 +58,13 @@ struct Plan {
 };
 
 // The online-softmax state of a block of query rows over part of the context: running maxima m,
-// sums l, and the accumulators (the value codec's, and head_dim floats for the fp16 parts).
+// sums l, and the accumulators (the value codec's, A floats a row, and head_dim floats for the fp16
+// parts).
 struct Partial {
   std::vector<float> m, l, acc_codec, acc_half;
+  size_t A = 0;
   void init(int rows, size_t a, int d) {
+    A = a;
     m.assign(size_t(rows), kNegInf);
     l.assign(size_t(rows), 0.0f);
     acc_codec.assign(size_t(rows) * a, 0.0f);
@@ -75,6 +80,7 @@ struct HeadView {
 struct ItemQueries {
   const float* scaled;  // rows x d, the scaled queries (for the fp16 parts)
   const float* states;  // rows x S, the key codec's prepared states
+  size_t S;
   int r_begin, rows;
 };
 
@@ -87,7 +93,7 @@ struct Tile {
 };
 
 Plan make_plan(const LayerConfig& config, int n_q, int n_q_heads, const int64_t* q_pos, int64_t n_tokens,
-               size_t S, size_t A) {
+               std::vector<size_t> S) {
   Plan p;
   p.H = config.n_kv_heads;
   p.d = config.head_dim;
@@ -95,8 +101,13 @@ Plan make_plan(const LayerConfig& config, int n_q, int n_q_heads, const int64_t*
   p.G = n_q_heads / p.H;
   p.rows_total = n_q * p.G;
   p.n_row_blocks = (p.rows_total + kRowBlock - 1) / kRowBlock;
-  p.S = S;
-  p.A = A;
+  p.S = std::move(S);
+  size_t at = 0;
+  for (int h = 0; h < p.H; ++h) {
+    p.state_at.push_back(at);
+    at += size_t(p.rows_total) * p.S[size_t(h)];
+  }
+  p.state_at.push_back(at);  // all heads' states
   p.softcap = config.logit_softcap;
   const int64_t window = config.sliding_window;
   p.lo.resize(size_t(n_q));
@@ -122,7 +133,7 @@ void score_tile(const Plan& p, const ItemQueries& iq, const Segment& ks, const K
   const int nr = t.r1 - t.r0;
   const int64_t n = t.b - t.a;
   if (ks.compressed) {
-    kc.scores(iq.states + size_t(t.r0) * p.S, nr, ks.blocks, ks.run_pos0, t.a - ks.run_pos0, t.b - ks.run_pos0,
+    kc.scores(iq.states + size_t(t.r0) * iq.S, nr, ks.blocks, ks.run_pos0, t.a - ks.run_pos0, t.b - ks.run_pos0,
               t.scores, t.stride, ws);
   } else {
     half_scores(HalfKind::kF16, iq.scaled + size_t(t.r0) * p.d, nr, size_t(p.d),
@@ -153,7 +164,7 @@ void softmax_tile(const Plan& p, const Tile& t, Partial& P, float* rescale) {
   for (int r = t.r0; r < t.r1; ++r) {
     const float f = rescale[size_t(r)];
     if (f == 1.0f) continue;
-    for (size_t j = 0; j < p.A; ++j) P.acc_codec[size_t(r) * p.A + j] *= f;
+    for (size_t j = 0; j < P.A; ++j) P.acc_codec[size_t(r) * P.A + j] *= f;
     for (int j = 0; j < p.d; ++j) P.acc_half[size_t(r) * p.d + j] *= f;
   }
 }
@@ -171,7 +182,7 @@ void accumulate_tile(const Plan& p, const std::vector<Segment>& values, size_t* 
     const float* w = t.scores + (x - t.a);
     if (vs.compressed) {
       vc.accumulate(w, t.stride, nr, vs.blocks, vs.run_pos0, x - vs.run_pos0, y - vs.run_pos0,
-                    P.acc_codec.data() + size_t(t.r0) * p.A, ws);
+                    P.acc_codec.data() + size_t(t.r0) * P.A, ws);
     } else {
       half_accumulate(HalfKind::kF16, w, t.stride, nr, vs.half + size_t(x - vs.pos_begin) * p.d, size_t(p.d), y - x,
                       p.d, P.acc_half.data() + size_t(t.r0) * p.d, size_t(p.d));
@@ -186,7 +197,7 @@ void accumulate_tile(const Plan& p, const std::vector<Segment>& values, size_t* 
 void run_item(const Plan& p, const HeadView& view, const KeyCodec& kc, const ValueCodec& vc, const ItemQueries& iq,
               int64_t c_begin, int64_t c_end, Partial& P, Workspace& ws) {
   const int rows = iq.rows;
-  P.init(rows, p.A, p.d);
+  P.init(rows, vc.accum_floats(), p.d);
   const int64_t T = rows <= 16 ? std::max<int64_t>(256, vc.preferred_run_tokens()) : 64;
   // Scores are written before they are read, so the tile is not zeroed (it is 64 KB for a
   // 4096-token run of four rows, and zeroing it was a tenth of a fast codec's attention time).
@@ -219,7 +230,7 @@ void run_item(const Plan& p, const HeadView& view, const KeyCodec& kc, const Val
 // head_dim values, normalizes and writes the rows to out.
 void merge_and_write(const Plan& p, const Partial* chunks, const ValueCodec& vc, int h, int rb, float* out) {
   const int r_begin = p.row_begin(rb), rows = p.row_end(rb) - r_begin;
-  const size_t A = p.A;
+  const size_t A = vc.accum_floats();
   const int d = p.d;
   Partial total;
   total.init(rows, A, d);
@@ -276,9 +287,9 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
            fmt::format("attend: {} query heads is not a multiple of {} KV heads", n_q_heads, H));
   if (n_q <= 0) return;
   if (observer_) observer_->on_attend(config_.layer_index, q, n_q, n_q_heads, q_pos, scale);
-  // Per-head codecs (when the method has them) share their shapes: S and A are those of head 0.
-  const Plan p = make_plan(config_, n_q, n_q_heads, q_pos, n_tokens_, key_codec(0).query_state_floats(),
-                           value_codec(0).accum_floats());
+  std::vector<size_t> S;
+  for (int h = 0; h < H; ++h) S.push_back(key_codec(h).query_state_floats());
+  const Plan p = make_plan(config_, n_q, n_q_heads, q_pos, n_tokens_, std::move(S));
   aw.reserve(omp_get_max_threads());
 
   // Once per step: each head's segments, scaled queries (for fp16 parts) and the codec's
@@ -287,7 +298,7 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   std::vector<HeadView> views(static_cast<size_t>(H));
   Workspace& step = aw.step();
   float* const qs = step.get<float>(Workspace::kAttendQueries, size_t(H) * p.rows_total * d);
-  float* const states = step.get<float>(Workspace::kAttendStates, size_t(H) * p.rows_total * p.S);
+  float* const states = step.get<float>(Workspace::kAttendStates, p.state_at.back());
   parallel_for(int64_t(H) * p.n_row_blocks, [&](int64_t job) {
     Workspace& ws = aw.worker(omp_get_thread_num());
     const int h = int(job / p.n_row_blocks), rb = int(job % p.n_row_blocks);
@@ -302,9 +313,10 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
       float* dst = qs + (size_t(h) * p.rows_total + r) * d;
       for (int j = 0; j < d; ++j) dst[j] = src[j] * scale;
     }
-    float* const block_states = states + (size_t(h) * p.rows_total + r0) * p.S;
-    std::fill_n(block_states, size_t(r1 - r0) * p.S, 0.0f);
-    key_codec(h).prepare_queries(qs + (size_t(h) * p.rows_total + r0) * d, size_t(d), r1 - r0, block_states, p.S, ws);
+    const size_t S_h = p.S[size_t(h)];
+    float* const block_states = states + p.state_at[size_t(h)] + size_t(r0) * S_h;
+    std::fill_n(block_states, size_t(r1 - r0) * S_h, 0.0f);
+    key_codec(h).prepare_queries(qs + (size_t(h) * p.rows_total + r0) * d, size_t(d), r1 - r0, block_states, S_h, ws);
   });
 
   // Items are few and long (a decode step has KV heads x chunks of 4096 positions): one at a time.
@@ -315,7 +327,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int h = int(item / p.n_chunks / p.n_row_blocks);
     const int r_begin = p.row_begin(rb);
     const ItemQueries iq{qs + (size_t(h) * p.rows_total + r_begin) * d,
-                         states + (size_t(h) * p.rows_total + r_begin) * p.S, r_begin, p.row_end(rb) - r_begin};
+                         states + p.state_at[size_t(h)] + size_t(r_begin) * p.S[size_t(h)], p.S[size_t(h)], r_begin,
+                         p.row_end(rb) - r_begin};
     const int64_t c_begin = (p.first_chunk + c) * p.chunk_len;
     const int64_t c_end = std::min(c_begin + p.chunk_len, p.pos_max + 1);
     run_item(p, views[size_t(h)], key_codec(h), value_codec(h), iq, c_begin, c_end, partials[size_t(item)],

@@ -55,20 +55,12 @@ LayerCache::LayerCache(const Method& method, const LayerConfig& config) : config
   for (int h = 0; h < (method.values().per_head_codecs() ? H : 1); ++h) {
     value_codecs_.push_back(method.values().value_codec(codec_context(method, config, h)));
   }
-  for (size_t h = 1; h < key_codecs_.size(); ++h) {
-    VQ_CHECK(key_codecs_[h]->block_tokens() == key_codecs_[0]->block_tokens() &&
-                 key_codecs_[h]->block_bytes() == key_codecs_[0]->block_bytes(),
-             fmt::format("layer {}: the key codecs of its heads differ in block shape", config.layer_index));
-  }
-  for (size_t h = 1; h < value_codecs_.size(); ++h) {
-    VQ_CHECK(value_codecs_[h]->block_tokens() == value_codecs_[0]->block_tokens() &&
-                 value_codecs_[h]->block_bytes() == value_codecs_[0]->block_bytes(),
-             fmt::format("layer {}: the value codecs of its heads differ in block shape", config.layer_index));
-  }
-  const KeyCodec& kc = *key_codecs_[0];
-  const ValueCodec& vc = *value_codecs_[0];
+  // Per-head codecs may differ in shape (RateQuant's widths per head): each head's streams take
+  // their own codec's blocks, and attention each codec's own query states and accumulators.
   const int sinks = method.sink_tokens();
   for (int h = 0; h < H; ++h) {
+    const KeyCodec& kc = key_codec(h);
+    const ValueCodec& vc = value_codec(h);
     keys_.push_back(std::make_unique<TokenStream>(config.head_dim, kc.block_tokens(), kc.block_bytes(),
                                                   method.keys().key_keep(), sinks, flush_step(kc),
                                                   TokenStream::page_tokens_for(config.sliding_window, vc.preferred_run_tokens())));
@@ -143,25 +135,33 @@ size_t estimate_kv_bytes(const Method& method, const std::vector<LayerConfig>& l
   size_t total = 0;
   const int sinks = method.sink_tokens();
   for (const LayerConfig& c : layers) {
-    const auto kc = method.keys().key_codec(codec_context(method, c));
-    const auto vc = method.values().value_codec(codec_context(method, c));
-    // Codecs built per head hold per-head parameters of the same size.
-    total += kc->param_bytes() * size_t(method.keys().per_head_codecs() ? c.n_kv_heads : 1) +
-             vc->param_bytes() * size_t(method.values().per_head_codecs() ? c.n_kv_heads : 1);
     // A sliding layer keeps its window, the batch and at most two pages; a global layer keeps all.
     const int64_t span =
         c.sliding_window > 0 ? std::min<int64_t>(n_tokens, c.sliding_window + max_batch + 512) : n_tokens;
-    const auto stream = [&](int B, size_t block_bytes, int keep, int step) {
-      const int64_t blocks = (std::max<int64_t>(0, span - sinks) + B - 1) / B;
-      const int64_t per_page =
-          TokenStream::blocks_per_page(B, TokenStream::page_tokens_for(c.sliding_window, vc->preferred_run_tokens()));
-      const int64_t pages = (blocks + per_page - 1) / per_page;
-      return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + step) * c.head_dim * 2) +
-             round(size_t(sinks) * c.head_dim * 2);
-    };
-    total += size_t(c.n_kv_heads) *
-             (stream(kc->block_tokens(), kc->block_bytes(), method.keys().key_keep(), flush_step(*kc)) +
-              stream(vc->block_tokens(), vc->block_bytes(), method.values().value_keep(), flush_step(*vc)));
+    // Codecs built per head are counted per head (their parameters and blocks may differ); shared
+    // ones once, their parameters once and their streams for every head.
+    const int key_codecs = method.keys().per_head_codecs() ? c.n_kv_heads : 1;
+    const int value_codecs = method.values().per_head_codecs() ? c.n_kv_heads : 1;
+    std::vector<std::unique_ptr<KeyCodec>> kcs;
+    std::vector<std::unique_ptr<ValueCodec>> vcs;
+    for (int h = 0; h < key_codecs; ++h) kcs.push_back(method.keys().key_codec(codec_context(method, c, h)));
+    for (int h = 0; h < value_codecs; ++h) vcs.push_back(method.values().value_codec(codec_context(method, c, h)));
+    for (const auto& kc : kcs) total += kc->param_bytes();
+    for (const auto& vc : vcs) total += vc->param_bytes();
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const KeyCodec* kc = kcs[size_t(h % key_codecs)].get();
+      const ValueCodec* vc = vcs[size_t(h % value_codecs)].get();
+      const auto stream = [&](int B, size_t block_bytes, int keep, int step) {
+        const int64_t blocks = (std::max<int64_t>(0, span - sinks) + B - 1) / B;
+        const int64_t per_page =
+            TokenStream::blocks_per_page(B, TokenStream::page_tokens_for(c.sliding_window, vc->preferred_run_tokens()));
+        const int64_t pages = (blocks + per_page - 1) / per_page;
+        return size_t(pages) * round(size_t(per_page) * block_bytes) + round(size_t(keep + step) * c.head_dim * 2) +
+               round(size_t(sinks) * c.head_dim * 2);
+      };
+      total += stream(kc->block_tokens(), kc->block_bytes(), method.keys().key_keep(), flush_step(*kc)) +
+               stream(vc->block_tokens(), vc->block_bytes(), method.values().value_keep(), flush_step(*vc));
+    }
   }
   return total;
 }

@@ -63,23 +63,34 @@ std::string read_text_part(const std::string& path, const std::string& part) {
 void print_calibration(const kv::Calibration& c) {
   fmt::print("spec: {}\nmodel: {}\nsource: {} ({} tokens)\n", c.spec, c.model.describe(), c.source, c.tokens);
   if (!c.probe_bits.empty()) {
-    // RateQuant: the allocation and the probe it came from.
-    std::vector<std::string> head = {"layer", "key bits", "value bits"};
+    // RateQuant: the allocation and the probe it came from, a row per layer or per KV head.
+    const bool per_head = !c.layers.empty() && !c.layers[0].key_head_bits.empty();
+    std::vector<std::string> head = {"layer"};
+    if (per_head) head.push_back("KV head");
+    head.insert(head.end(), {"key bits", "value bits"});
     for (int b : c.probe_bits) head.push_back(fmt::format("key KL@{}", b));
     for (int b : c.probe_bits) head.push_back(fmt::format("value KL@{}", b));
     std::vector<std::vector<std::string>> rows = {head};
-    int64_t sum = 0;
+    int64_t sum = 0, units = 0;
+    const size_t W = c.probe_bits.size();
     for (size_t l = 0; l < c.layers.size(); ++l) {
       const kv::LayerCalibration& lc = c.layers[l];
-      std::vector<std::string> row = {std::to_string(l), std::to_string(lc.key_bits), std::to_string(lc.value_bits)};
-      for (float x : lc.key_probe_kl) row.push_back(fmt::format("{:.3e}", x));
-      for (float x : lc.value_probe_kl) row.push_back(fmt::format("{:.3e}", x));
-      rows.push_back(std::move(row));
-      sum += lc.key_bits + lc.value_bits;
+      const size_t H = per_head ? lc.key_head_bits.size() : 1;
+      for (size_t h = 0; h < H; ++h) {
+        const int kb = per_head ? lc.key_head_bits[h] : lc.key_bits, vb = per_head ? lc.value_head_bits[h] : lc.value_bits;
+        std::vector<std::string> row = {std::to_string(l)};
+        if (per_head) row.push_back(std::to_string(h));
+        row.insert(row.end(), {std::to_string(kb), std::to_string(vb)});
+        for (size_t i = 0; i < W; ++i) row.push_back(fmt::format("{:.3e}", lc.key_probe_kl[h * W + i]));
+        for (size_t i = 0; i < W; ++i) row.push_back(fmt::format("{:.3e}", lc.value_probe_kl[h * W + i]));
+        rows.push_back(std::move(row));
+        sum += kb + vb;
+        units += 2;
+      }
     }
     print_table(rows);
-    fmt::print("average width {:.4f} bits over {} units (keys and values of {} layers)\n",
-               double(sum) / (2.0 * double(c.layers.size())), 2 * c.layers.size(), c.layers.size());
+    fmt::print("average width {:.4f} bits over {} units (keys and values of {} layers{})\n", double(sum) / double(units),
+               units, c.layers.size(), per_head ? fmt::format(", per KV head") : "");
     return;
   }
   const auto levels = [](const std::vector<float>& v) {

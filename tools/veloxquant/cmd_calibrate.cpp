@@ -82,7 +82,8 @@ Runner add_calibrate_command(CLI::App& app) {
     if (kv::is_ratequant(method)) {
       // Refuse an unreachable budget before the probe runs.
       const int L = int(model->cache_layout().size());
-      kv::ratequant_budget(method, 2 * L, model->identity().head_dim);
+      const int H = model->identity().n_kv_heads;
+      kv::ratequant_budget(method, kv::ratequant_units(method, L, H), model->identity().head_dim);
       const int64_t ctx = std::min(o->ctx, o->probe_tokens);
       const int64_t n = std::min<int64_t>(std::max<int64_t>(1, o->probe_tokens / ctx), int64_t(tokens.size()) / ctx);
       VQ_CHECK(n > 0, fmt::format("{} ({}): {} tokens, fewer than one chunk of {}", o->file, o->part, tokens.size(), ctx));
@@ -103,8 +104,8 @@ Runner add_calibrate_command(CLI::App& app) {
       }
       std::vector<std::vector<int32_t>> chunks;
       for (int64_t c = 0; c < n; ++c) chunks.push_back(eval::chunk_tokens(tokens, c, ctx, eval::chunk_bos(tok)));
-      fmt::print(stderr, "probing {}: {} layers x 2 sides x {} widths over {} chunk(s) of {} tokens\n", method.spec(), L,
-                 widths.size(), n, ctx);
+      fmt::print(stderr, "probing {}: {} layers x 2 sides{} x {} widths over {} chunk(s) of {} tokens\n", method.spec(),
+                 L, kv::ratequant_per_head(method) ? fmt::format(" x {} KV heads", H) : "", widths.size(), n, ctx);
       const auto t0 = std::chrono::steady_clock::now();
       const auto probe = eval::run_rate_probe(*model, method, chunks, base_calibs, [&](int64_t done, int64_t runs) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -36,6 +36,12 @@ struct LayerCalibration {
   // layer's keys, or only its values, were compressed at each width of Calibration::probe_bits.
   int key_bits = 0, value_bits = 0;
   std::vector<float> key_probe_kl, value_probe_kl;
+  // RateQuant allocated per KV head (`unit=head`): each head's key and value width (key_bits and
+  // value_bits are then 0, and each probe row above holds [head][width]: the KL with only that
+  // head's keys, or values, compressed), and for a base that learns its datatype per width
+  // (KVQuant) the levels learned at each head's widths. Empty for a per-layer allocation.
+  std::vector<int> key_head_bits, value_head_bits;
+  std::vector<std::vector<float>> key_head_levels, value_head_levels;
   // SpectralQuant: per KV head the basis of its keys (as the cache receives them, after RoPE)
   // and of its values, and per side the layer's number of signal coordinates (the effective
   // dimension of its spectrum; 0: not a SpectralQuant calibration).

@@ -1,10 +1,13 @@
-// Calibration files: a checked file ("VQCALIB1", version 4) whose payload is the spec, the model
-// identity, the source text's description, the RateQuant probe widths, and per layer the key
-// ranges, the two datatypes, the key smoothing divisors and the two vector codebooks (VecInfer),
-// the RateQuant allocation and probe table, the SpectralQuant ranks and per-head bases, and the
-// CommVQ per-head codebooks. Older
-// versions (without vector quantizers, RateQuant, SpectralQuant or CommVQ) are refused by the version
-// check: such a file is made again with `calibrate`.
+// Calibration files: a checked file ("VQCALIB1") whose payload is the spec, the model identity, the
+// source text's description, the RateQuant probe widths, and per layer the key ranges, the two
+// datatypes, the key smoothing divisors and the two vector codebooks (VecInfer), the RateQuant
+// allocation and probe table, the SpectralQuant ranks and per-head bases, and the CommVQ per-head
+// codebooks. A RateQuant allocation per KV head adds a section after the layers (each layer's head
+// widths and their datatypes); a file with it is version 5, without it version 4, so a per-layer
+// calibration keeps the bytes (and the CRC-32 a saved cache records) it had, and a build that
+// cannot read per-head widths refuses the file by its version. Older versions (without vector
+// quantizers, RateQuant, SpectralQuant or CommVQ) are refused by the version check: such a file is
+// made again with `calibrate`.
 // Everything read is validated before use: counts against their limits, floats finite, ranges
 // ordered, levels ascending.
 #include <fmt/format.h>
@@ -24,7 +27,7 @@ namespace vq::kv {
 namespace {
 
 constexpr char kMagic[9] = "VQCALIB1";
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 4, kVersionPerHead = 5;
 constexpr int64_t kMaxProbeWidths = 16, kMaxBits = 16;
 constexpr float kMaxProbeKl = 1e6f;  // nats per token; a real probe stays far below
 constexpr int64_t kMaxLayers = 4096, kMaxHeadDim = 4096, kMaxLevels = 256, kMaxHeads = 4096;
@@ -41,6 +44,23 @@ std::vector<float> get_floats(ByteReader& r, const char* field, int64_t lo, int6
   std::vector<float> v(static_cast<size_t>(n));
   r.raw(v.data(), v.size() * sizeof(float), field);
   for (float x : v) r.check(std::isfinite(x), field, "holds a value that is not finite");
+  return v;
+}
+
+bool has_head_widths(const Calibration& c) {
+  for (const LayerCalibration& l : c.layers) {
+    if (!l.key_head_bits.empty() || !l.value_head_bits.empty()) return true;
+  }
+  return false;
+}
+
+// A datatype: empty, or strictly ascending levels near [-1, 1].
+std::vector<float> get_levels(ByteReader& r, const char* field) {
+  std::vector<float> v = get_floats(r, field, 0, kMaxLevels);
+  for (size_t i = 0; i < v.size(); ++i) {
+    r.check(std::fabs(v[i]) <= kMaxLevel, field, "a level lies far outside [-1, 1]");
+    r.check(i == 0 || v[i - 1] < v[i], field, "not strictly ascending");
+  }
   return v;
 }
 
@@ -139,6 +159,21 @@ std::vector<uint8_t> serialize_calibration(const Calibration& c) {
     put_books(w, l.key_commvq);
     put_books(w, l.value_commvq);
   }
+  if (has_head_widths(c)) {
+    for (const LayerCalibration& l : c.layers) {
+      VQ_CHECK(l.key_head_bits.size() == size_t(c.model.n_kv_heads) && l.value_head_bits.size() == l.key_head_bits.size() &&
+                   l.key_head_levels.size() == l.key_head_bits.size() &&
+                   l.value_head_levels.size() == l.key_head_bits.size(),
+               "calibration: per-head widths and datatypes for every layer and KV head");
+      w.i64(int64_t(l.key_head_bits.size()));
+      for (size_t h = 0; h < l.key_head_bits.size(); ++h) {
+        w.i64(l.key_head_bits[h]);
+        w.i64(l.value_head_bits[h]);
+        put_floats(w, l.key_head_levels[h]);
+        put_floats(w, l.value_head_levels[h]);
+      }
+    }
+  }
   return w.data();
 }
 
@@ -173,13 +208,8 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
       r.check(lc.key_lo[j] <= lc.key_hi[j] && std::fabs(lc.key_lo[j]) <= 65504.0f && std::fabs(lc.key_hi[j]) <= 65504.0f,
               "key ranges", fmt::format("channel {}: [{}, {}] is not an fp16 range", j, lc.key_lo[j], lc.key_hi[j]));
     }
-    for (auto* levels : {&lc.key_levels, &lc.value_levels}) {
-      *levels = get_floats(r, "levels", 0, kMaxLevels);
-      for (size_t i = 0; i < levels->size(); ++i) {
-        r.check(std::fabs((*levels)[i]) <= kMaxLevel, "levels", "a level lies far outside [-1, 1]");
-        r.check(i == 0 || (*levels)[i - 1] < (*levels)[i], "levels", "not strictly ascending");
-      }
-    }
+    lc.key_levels = get_levels(r, "levels");
+    lc.value_levels = get_levels(r, "levels");
     lc.key_smooth = get_floats(r, "key smoothing", 0, kMaxHeadDim);
     r.check(lc.key_smooth.empty() || int(lc.key_smooth.size()) == lc.head_dim, "key smoothing", "not one per channel");
     for (float x : lc.key_smooth) {
@@ -194,19 +224,49 @@ Calibration parse_calibration(const std::vector<uint8_t>& payload, const std::st
     lc.key_bits = int(r.i64_in("key width", 0, kMaxBits));
     lc.value_bits = int(r.i64_in("value width", 0, kMaxBits));
     for (auto* kl : {&lc.key_probe_kl, &lc.value_probe_kl}) {
-      *kl = get_floats(r, "probe KL", 0, kMaxProbeWidths);
-      r.check(kl->size() == c.probe_bits.size(), "probe KL", "not one per probe width");
+      // One KL per width, or per head and width (checked against the allocation below).
+      *kl = get_floats(r, "probe KL", 0, kMaxProbeWidths * kMaxHeads);
       for (float x : *kl) r.check(x >= 0.0f && x <= kMaxProbeKl, "probe KL", "a KL below 0 or absurdly large");
     }
-    r.check((lc.key_bits == 0) == (lc.value_bits == 0) && (lc.key_bits == 0) == c.probe_bits.empty(), "widths",
-            "an allocation without its probe, or a probe without its allocation");
     get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.key_rank, &lc.key_spectral);
     get_spectral(r, lc.head_dim, c.model.n_kv_heads, &lc.value_rank, &lc.value_spectral);
     get_books(r, lc.head_dim, c.model.n_kv_heads, &lc.key_commvq);
     get_books(r, lc.head_dim, c.model.n_kv_heads, &lc.value_commvq);
     c.layers.push_back(std::move(lc));
   }
+  // The per-head allocation, when the payload goes on.
+  const bool per_head = r.remaining() > 0;
+  for (LayerCalibration& lc : c.layers) {
+    if (!per_head) break;
+    const int64_t n = r.i64_in("head widths", c.model.n_kv_heads, c.model.n_kv_heads);
+    for (int64_t h = 0; h < n; ++h) {
+      lc.key_head_bits.push_back(int(r.i64_in("head key width", 1, kMaxBits)));
+      lc.value_head_bits.push_back(int(r.i64_in("head value width", 1, kMaxBits)));
+      lc.key_head_levels.push_back(get_levels(r, "head levels"));
+      lc.value_head_levels.push_back(get_levels(r, "head levels"));
+    }
+  }
   r.check(r.remaining() == 0, "end", fmt::format("{} unexpected trailing bytes", r.remaining()));
+  // A probe comes with its allocation, per layer (one KL per width) or per head (per head and width).
+  const size_t W = c.probe_bits.size(), H = size_t(c.model.n_kv_heads);
+  for (const LayerCalibration& lc : c.layers) {
+    const bool layer_widths = lc.key_bits != 0 || lc.value_bits != 0;
+    r.check(!(per_head && layer_widths) && (W == 0) == !(per_head || layer_widths) &&
+                (per_head || (lc.key_bits != 0) == (lc.value_bits != 0)),
+            "widths", "an allocation without its probe, or a probe without its allocation");
+    const size_t row = per_head ? H * W : W;
+    r.check(lc.key_probe_kl.size() == row && lc.value_probe_kl.size() == row, "probe KL",
+            per_head ? "not one per head and probe width" : "not one per probe width");
+    for (size_t h = 0; h < lc.key_head_bits.size(); ++h) {
+      for (const int b : {lc.key_head_bits[h], lc.value_head_bits[h]}) {
+        r.check(b >= c.probe_bits.front() && b <= c.probe_bits.back(), "head widths", "outside the probe's widths");
+      }
+      for (const auto& [levels, b] : {std::pair{&lc.key_head_levels[h], lc.key_head_bits[h]},
+                                      std::pair{&lc.value_head_levels[h], lc.value_head_bits[h]}}) {
+        r.check(levels->empty() || levels->size() == size_t(1) << b, "head levels", "not 2^width levels");
+      }
+    }
+  }
   return c;
 }
 
@@ -216,11 +276,15 @@ uint32_t calibration_crc32(const Calibration& c) {
 }
 
 void save_calibration(const std::string& path, const Calibration& c) {
-  write_checked_file(path, kMagic, kVersion, serialize_calibration(c));
+  write_checked_file(path, kMagic, has_head_widths(c) ? kVersionPerHead : kVersion, serialize_calibration(c));
 }
 
 Calibration load_calibration(const std::string& path) {
-  return parse_calibration(read_checked_file(path, kMagic, kVersion), path);
+  uint32_t version = 0;
+  Calibration c = parse_calibration(read_checked_file(path, kMagic, kVersion, kVersionPerHead, &version), path);
+  VQ_CHECK_DATA(has_head_widths(c) == (version == kVersionPerHead),
+                fmt::format("{}: format version {} with{} per-head widths", path, version, has_head_widths(c) ? "" : "out"));
+  return c;
 }
 
 }  // namespace vq::kv

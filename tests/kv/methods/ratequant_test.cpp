@@ -21,6 +21,7 @@
 #include "src/kv/registry.h"
 #include "tests/kv/calibrated_fixture.h"
 #include "tests/kv/codec_harness.h"
+#include "tests/kv/methods/ratequant_fixture.h"
 #include "veloxquant/kv/cache.h"
 #include "veloxquant/kv/calibration.h"
 
@@ -142,20 +143,6 @@ Calibration synthetic(const Method& m, int L, int d, const std::vector<double>& 
   }
   return ratequant_calibration(m, ModelIdentity{"synthetic", "test", 1, L, 1, d}, "synthetic probe", 100, probe,
                                base_calibs);
-}
-
-// KVQuant at each of m's widths, learned on the same synthetic tokens (one layer's calibration
-// repeated over L layers), as `calibrate` learns them on a model's samples.
-std::vector<std::shared_ptr<const Calibration>> kvquant_at_each_width(const Method& m, int L, int d) {
-  std::vector<std::shared_ptr<const Calibration>> out;
-  auto k = make_data(Data::kOutliers, 1024, d, 7), v = make_data(Data::kOutliers, 1024, d, 8);
-  const RopeTable table(d, neox());
-  for (int t = 0; t < 1024; ++t) table.rotate(k.data() + size_t(t) * d, t, false);
-  for (int w : ratequant_widths(m)) {
-    out.push_back(calibrate_on_synthetic(ratequant_base_method(m, w), LayerConfig(1, d, 0, 0, neox()), k.data(), v.data(),
-                                         1024, L, "test"));
-  }
-  return out;
 }
 
 TEST(Method_ratequant, CalibrationFollowsTheProbe) {

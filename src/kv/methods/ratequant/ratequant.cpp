@@ -5,11 +5,14 @@
 // https://arxiv.org/abs/2502.04420, which also searches per-layer key/value precisions).
 //
 //   ratequant:base=kivi,avg=2.5[,lo=2,hi=4]        (base=turbo and base=kvquant also)
-//   ratequant:base=kvquant,avg=2.5,ctx=2048[,sink=S][,residual=R]
+//   ratequant:base=kvquant,avg=2.5,ctx=2048[,sink=S][,residual=R][,unit=head]
 //
 // Units are (layer, side): a layer's keys and its values each get a width in [lo, hi], and the
 // widths average exactly `avg` over all 2 * n_layer units (avg may be written to four decimals:
-// 2.1389 for 77 bits over 36 units). With ctx=N, avg is instead the budget in bits per element
+// 2.1389 for 77 bits over 36 units). With unit=head the units are (layer, side, KV head): each KV
+// head's keys and values get their own width, probed with only that head compressed, over
+// 2 * n_layer * n_kv_heads units (a model with one KV head per layer, as Gemma 3 270M, allocates
+// the same either way). With ctx=N, avg is instead the budget in bits per element
 // everything counted when a sequence holds N tokens (Method::bits_counted: codes, scales, outlier
 // slots, every stored parameter, and the base's fp16 sinks and window as their share of N): the
 // widths then sum to the largest whole total whose bits stay within avg. sink=S and residual=R set
@@ -36,9 +39,9 @@
 //
 // Deviations from the issue's wording: the sizes of the sinks and the window are chosen by the user
 // and paid from the budget, not chosen by the allocation (the probe would need a run per window
-// size and unit). The allocation is per layer and side, not per KV head (a
-// layer's per-head codecs must share one block shape in LayerCache, and widths differ in block
-// bytes; Gemma 3 270M has a single KV head per layer, so per layer is per head there). The water-
+// size and unit). Per KV head, a base that learns its datatype per width (KVQuant) keeps one per
+// head and side at the head's width, learned on the layer's samples pooled over its heads, as
+// KVQuant's per-layer calibration is; the key ranges stay per layer. The water-
 // filling is kept as the Lagrangian view; the budget is met by an exact dynamic program, since
 // the Lagrangian can miss a discrete budget.
 //
@@ -105,7 +108,7 @@ class RateQuantMethod final : public MethodImpl {
  public:
   explicit RateQuantMethod(const ParamValues& v)
       : base_(size_t(param_int(v, "base"))), avg_(param_float(v, "avg")), lo_(param_int(v, "lo")),
-        hi_(param_int(v, "hi")), ctx_(param_int(v, "ctx")) {
+        hi_(param_int(v, "hi")), ctx_(param_int(v, "ctx")), per_head_(param_int(v, "unit") == 1) {
     const Base& b = kBases[base_];
     const MethodDef& def = b.def();
     VQ_CHECK(lo_ <= hi_, fmt::format("ratequant: lo={} is above hi={}", lo_, hi_));
@@ -141,13 +144,26 @@ class RateQuantMethod final : public MethodImpl {
   }
 
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
-    const int w = width(ctx.layer, 0);
-    return w == 0 ? fp16_->key_codec(ctx) : at(w).key_codec(ctx);
+    const int w = width(ctx.layer, ctx.kv_head, 0);
+    if (w == 0) return fp16_->key_codec(ctx);
+    if (!head_datatypes()) return at(w).key_codec(ctx);
+    const LayerCalibration lc = head_calibration(ctx);
+    CodecContext c = ctx;
+    c.calib = &lc;
+    return at(w).key_codec(c);
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
-    const int w = width(ctx.layer, 1);
-    return w == 0 ? fp16_->value_codec(ctx) : at(w).value_codec(ctx);
+    const int w = width(ctx.layer, ctx.kv_head, 1);
+    if (w == 0) return fp16_->value_codec(ctx);
+    if (!head_datatypes()) return at(w).value_codec(ctx);
+    const LayerCalibration lc = head_calibration(ctx);
+    CodecContext c = ctx;
+    c.calib = &lc;
+    return at(w).value_codec(c);
   }
+  // Per KV head, the heads' codecs differ in width (and in block bytes: LayerCache gives each
+  // head's streams their own codec's blocks).
+  bool per_head_codecs() const override { return per_head_; }
   double key_bits(int d) const override {
     return mean_bits(d, 0, [&](const MethodImpl& m) { return m.key_bits(d); });
   }
@@ -162,31 +178,43 @@ class RateQuantMethod final : public MethodImpl {
 
   std::shared_ptr<const MethodImpl> calibrated(const Calibration& c) const override {
     if (probe_) return nullptr;  // the probe's one-unit allocation; its calibration is the base's
-    const int W = hi_ - lo_ + 1;
+    const size_t W = size_t(hi_ - lo_ + 1);
     std::vector<int> widths;
     for (int w = lo_; w <= hi_; ++w) widths.push_back(w);
     VQ_CHECK_DATA(c.probe_bits == widths,
                   fmt::format("the calibration for '{}' holds no RateQuant probe over widths {}..{}", c.spec, lo_, hi_));
+    const int H = per_head_ ? c.model.n_kv_heads : 1;
     auto m = std::make_shared<RateQuantMethod>(*this);
     m->alloc_.clear();
     int64_t sum = 0;
     for (size_t l = 0; l < c.layers.size(); ++l) {
       const LayerCalibration& lc = c.layers[l];
-      VQ_CHECK_DATA(int(lc.key_probe_kl.size()) == W && int(lc.value_probe_kl.size()) == W,
-                    fmt::format("the calibration for '{}': layer {} lacks its probe table", c.spec, l));
-      for (int b : {lc.key_bits, lc.value_bits}) {
-        VQ_CHECK_DATA(b >= lo_ && b <= hi_, fmt::format("the calibration for '{}': layer {} has a width of {} bits, "
-                                                        "outside [{}, {}]",
-                                                        c.spec, l, b, lo_, hi_));
-        sum += b;
+      VQ_CHECK_DATA(lc.key_probe_kl.size() == size_t(H) * W && lc.value_probe_kl.size() == size_t(H) * W &&
+                        lc.key_head_bits.size() == (per_head_ ? size_t(H) : 0) &&
+                        lc.value_head_bits.size() == lc.key_head_bits.size(),
+                    fmt::format("the calibration for '{}': layer {} lacks its probe table or {}", c.spec, l,
+                                per_head_ ? "its heads' widths" : "holds widths per head"));
+      std::vector<std::array<int, 2>> heads;
+      for (int h = 0; h < H; ++h) {
+        const std::array<int, 2> w = per_head_ ? std::array<int, 2>{lc.key_head_bits[size_t(h)], lc.value_head_bits[size_t(h)]}
+                                               : std::array<int, 2>{lc.key_bits, lc.value_bits};
+        for (int b : w) {
+          VQ_CHECK_DATA(b >= lo_ && b <= hi_, fmt::format("the calibration for '{}': layer {} has a width of {} bits, "
+                                                          "outside [{}, {}]",
+                                                          c.spec, l, b, lo_, hi_));
+          sum += b;
+        }
+        if (kBases[base_].learns_per_width) {
+          const auto& kl = per_head_ ? lc.key_head_levels[size_t(h)] : lc.key_levels;
+          const auto& vl = per_head_ ? lc.value_head_levels[size_t(h)] : lc.value_levels;
+          VQ_CHECK_DATA(kl.size() == size_t(1) << w[0] && vl.size() == size_t(1) << w[1],
+                        fmt::format("the calibration for '{}': layer {} lacks the datatypes of its widths", c.spec, l));
+        }
+        heads.push_back(w);
       }
-      if (kBases[base_].learns_per_width) {
-        VQ_CHECK_DATA(lc.key_levels.size() == size_t(1) << lc.key_bits && lc.value_levels.size() == size_t(1) << lc.value_bits,
-                      fmt::format("the calibration for '{}': layer {} lacks the datatypes of its widths", c.spec, l));
-      }
-      m->alloc_.push_back({lc.key_bits, lc.value_bits});
+      m->alloc_.push_back(std::move(heads));
     }
-    const int units = 2 * int(c.layers.size());
+    const int units = 2 * H * int(c.layers.size());
     int total = 0;
     if (ctx_ > 0) {
       VQ_CHECK_DATA(!c.layers.empty() && c.model.head_dim > 0,
@@ -199,17 +227,20 @@ class RateQuantMethod final : public MethodImpl {
     return m;
   }
 
-  // For the probe: one unit at `bits`, fp16 elsewhere; with layer = -1, no unit (the reference).
-  std::shared_ptr<const MethodImpl> probe(int n_layers, int layer, int side, int bits) const {
+  // For the probe: one unit at `bits` (a layer's keys or values, or with unit=head one KV head's),
+  // fp16 elsewhere; with layer = -1, no unit (the reference).
+  std::shared_ptr<const MethodImpl> probe(int n_layers, int layer, int head, int side, int bits) const {
     VQ_CHECK(n_layers >= 1 && layer >= -1 && layer < n_layers && side >= 0 && side < 2 &&
-                 (layer < 0 || (bits >= lo_ && bits <= hi_)),
+                 (layer < 0 || (bits >= lo_ && bits <= hi_ && (head >= 0) == per_head_)),
              "ratequant probe: unit or width out of range");
     auto m = std::make_shared<RateQuantMethod>(*this);
     m->probe_ = true;
-    m->alloc_.assign(size_t(n_layers), {0, 0});
-    if (layer >= 0) m->alloc_[size_t(layer)][size_t(side)] = bits;
+    m->probe_head_ = head;
+    m->alloc_.assign(size_t(n_layers), {{0, 0}});
+    if (layer >= 0) m->alloc_[size_t(layer)][0][size_t(side)] = bits;
     return m;
   }
+  bool per_head() const { return per_head_; }
   bool learns_per_width() const { return kBases[base_].learns_per_width; }
   // The base method at width w with the spec's sinks and window, its other parameters at their
   // defaults.
@@ -256,11 +287,31 @@ class RateQuantMethod final : public MethodImpl {
  private:
   const MethodImpl& at(int w) const { return *by_width_[size_t(w - lo_)]; }
   int fp16_tokens() const { return kv::fp16_tokens(at(lo_), at(lo_)); }
-  int width(int layer, int side) const {
+  int width(int layer, int head, int side) const {
     VQ_CHECK(!alloc_.empty(), "ratequant: the codecs need the allocation of a calibration (veloxquant calibrate)");
     VQ_CHECK_DATA(layer >= 0 && size_t(layer) < alloc_.size(),
                   fmt::format("ratequant: the allocation covers {} layers, not layer {}", alloc_.size(), layer));
-    return alloc_[size_t(layer)][size_t(side)];
+    const auto& heads = alloc_[size_t(layer)];
+    if (probe_) return probe_head_ < 0 || head == probe_head_ ? heads[0][size_t(side)] : 0;
+    if (!per_head_) return heads[0][size_t(side)];
+    VQ_CHECK_DATA(head >= 0 && size_t(head) < heads.size(),
+                  fmt::format("ratequant: the allocation covers {} KV heads, not head {}", heads.size(), head));
+    return heads[size_t(head)][size_t(side)];
+  }
+  // Whether a codec's datatypes are its KV head's (a per-head allocation over a base that learns
+  // per width), not the layer's.
+  bool head_datatypes() const { return per_head_ && !probe_ && kBases[base_].learns_per_width; }
+  // The layer's calibration with the datatypes learned at the head's widths in place of the
+  // layer's, for the base's codecs (which copy what they read from it).
+  static LayerCalibration head_calibration(const CodecContext& ctx) {
+    VQ_CHECK_DATA(ctx.calib && ctx.kv_head >= 0 && size_t(ctx.kv_head) < ctx.calib->key_head_levels.size() &&
+                      size_t(ctx.kv_head) < ctx.calib->value_head_levels.size(),
+                  fmt::format("ratequant: the calibration of layer {} holds no datatypes for KV head {}", ctx.layer,
+                              ctx.kv_head));
+    LayerCalibration lc = *ctx.calib;
+    lc.key_levels = lc.key_head_levels[size_t(ctx.kv_head)];
+    lc.value_levels = lc.value_head_levels[size_t(ctx.kv_head)];
+    return lc;
   }
   template <typename Bits>
   double mean_bits(int d, int side, Bits bits) const {
@@ -281,11 +332,15 @@ class RateQuantMethod final : public MethodImpl {
       return b_lo + (w - lo_) * (b_hi - b_lo) / (hi_ - lo_);
     }
     double s = 0;
-    for (const auto& a : alloc_) {
-      const int w = a[size_t(side)];
-      s += w == 0 ? bits(*fp16_) : bits(at(w));
+    size_t n = 0;
+    for (const auto& heads : alloc_) {
+      for (const auto& a : heads) {
+        const int w = a[size_t(side)];
+        s += w == 0 ? bits(*fp16_) : bits(at(w));
+        ++n;
+      }
     }
-    return s / double(alloc_.size());
+    return s / double(n);
   }
 
   size_t base_;
@@ -293,10 +348,13 @@ class RateQuantMethod final : public MethodImpl {
   int lo_, hi_;
   int ctx_;                  // 0: avg is the mean width; else the bits everything counted at ctx tokens
   std::string base_params_;  // ",sink=S,residual=R" as the spec sets them, for base_spec
+  bool per_head_;             // unit=head: widths per layer, KV head and side
   std::vector<std::shared_ptr<const MethodImpl>> by_width_;
   std::shared_ptr<const MethodImpl> fp16_;
-  std::vector<std::array<int, 2>> alloc_;  // (key, value) width per layer; 0: fp16 (the probe)
+  // [layer][KV head, or one entry per layer]: the (key, value) widths; 0: fp16 (the probe).
+  std::vector<std::vector<std::array<int, 2>>> alloc_;
   bool probe_ = false;
+  int probe_head_ = -1;       // the probe's KV head (-1: the whole layer)
 };
 
 const RateQuantMethod& ratequant_impl(const Method& m) {
@@ -338,16 +396,24 @@ Method ratequant_base_method(const Method& m, int bits) {
   return parse_method(r.base_spec(bits));
 }
 
+bool ratequant_per_head(const Method& m) { return ratequant_impl(m).per_head(); }
+
+int ratequant_units(const Method& m, int n_layers, int n_kv_heads) {
+  return 2 * n_layers * (ratequant_per_head(m) ? n_kv_heads : 1);
+}
+
 Method ratequant_probe_reference(const Method& m, int n_layers) {
-  auto p = ratequant_impl(m).probe(n_layers, -1, 0, 0);
+  auto p = ratequant_impl(m).probe(n_layers, -1, -1, 0, 0);
   return Method(fmt::format("{} probe reference", m.spec()), p, p);
 }
 
 Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side, int bits,
-                              std::shared_ptr<const Calibration> base_calib) {
+                              std::shared_ptr<const Calibration> base_calib, int head) {
   const RateQuantMethod& r = ratequant_impl(m);
-  auto p = r.probe(n_layers, layer, side, bits);
-  Method probe(fmt::format("{} probe: layer {} {} at {} bits", m.spec(), layer, side == 0 ? "keys" : "values", bits), p, p);
+  auto p = r.probe(n_layers, layer, head, side, bits);
+  Method probe(fmt::format("{} probe: layer {}{} {} at {} bits", m.spec(), layer,
+                           head >= 0 ? fmt::format(" KV head {}", head) : "", side == 0 ? "keys" : "values", bits),
+               p, p);
   if (!r.learns_per_width()) return probe;
   const std::string base = ratequant_base_method(m, bits).spec();
   VQ_CHECK(base_calib && base_calib->spec == base && int(base_calib->layers.size()) == n_layers,
@@ -359,14 +425,16 @@ Method ratequant_probe_method(const Method& m, int n_layers, int layer, int side
 
 namespace {
 
-// The calibration of allocation `alloc` (key and value width of each layer, alternating) with its
-// probe table, and for a base that learns per width each layer's datatypes at its widths.
+// The calibration of allocation `alloc` (widths in unit order: per layer, keys then values, each
+// per KV head with unit=head) with its probe table, and for a base that learns per width the
+// datatypes at the allocated widths.
 Calibration assemble(const Method& m, const ModelIdentity& model, const std::string& source, int64_t tokens,
-                     const std::vector<std::array<std::vector<double>, 2>>& probe, const std::vector<int>& alloc,
+                     const RateProbe& probe, const std::vector<int>& alloc,
                      const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
   const int L = int(probe.size());
-  const bool per_width = ratequant_learns_per_width(m);
+  const bool per_width = ratequant_learns_per_width(m), per_head = ratequant_per_head(m);
+  const int H = per_head ? model.n_kv_heads : 1;
   VQ_CHECK(!per_width || base_calibs.size() == widths.size(),
            fmt::format("ratequant: '{}' needs its base's calibration at each of {} widths", m.spec(), widths.size()));
   Calibration c;
@@ -382,22 +450,34 @@ Calibration assemble(const Method& m, const ModelIdentity& model, const std::str
       std::vector<float>& row = side == 0 ? lc.key_probe_kl : lc.value_probe_kl;
       for (double x : probe[size_t(l)][size_t(side)]) row.push_back(float(x));
     }
-    lc.key_bits = alloc[size_t(2 * l)];
-    lc.value_bits = alloc[size_t(2 * l + 1)];
+    const auto unit = [&](int side, int h) { return alloc[size_t((2 * l + side) * H + h)]; };
+    const auto base = [&](int w) -> const LayerCalibration& {
+      const Calibration& b = *base_calibs[size_t(w - widths.front())];
+      VQ_CHECK(b.spec == ratequant_base_method(m, w).spec() && int(b.layers.size()) == L,
+               fmt::format("ratequant: the base calibration at {} bits is '{}' of {} layers", w, b.spec, b.layers.size()));
+      return b.layers[size_t(l)];
+    };
+    if (per_head) {
+      for (int h = 0; h < H; ++h) {
+        lc.key_head_bits.push_back(unit(0, h));
+        lc.value_head_bits.push_back(unit(1, h));
+        lc.key_head_levels.push_back(per_width ? base(unit(0, h)).key_levels : std::vector<float>());
+        lc.value_head_levels.push_back(per_width ? base(unit(1, h)).value_levels : std::vector<float>());
+      }
+    } else {
+      lc.key_bits = unit(0, 0);
+      lc.value_bits = unit(1, 0);
+      if (per_width) {
+        lc.key_levels = base(lc.key_bits).key_levels;
+        lc.value_levels = base(lc.value_bits).value_levels;
+      }
+    }
     if (per_width) {
-      // The datatype learned at each allocated width; KVQuant's key ranges do not depend on it.
-      const auto base = [&](int w) -> const LayerCalibration& {
-        const Calibration& b = *base_calibs[size_t(w - widths.front())];
-        VQ_CHECK(b.spec == ratequant_base_method(m, w).spec() && int(b.layers.size()) == L,
-                 fmt::format("ratequant: the base calibration at {} bits is '{}' of {} layers", w, b.spec, b.layers.size()));
-        return b.layers[size_t(l)];
-      };
-      const LayerCalibration& k = base(lc.key_bits);
+      // KVQuant's key ranges depend on the outlier fraction, not on the width.
+      const LayerCalibration& k = base(unit(0, 0));
       lc.head_dim = k.head_dim;
       lc.key_lo = k.key_lo;
       lc.key_hi = k.key_hi;
-      lc.key_levels = k.key_levels;
-      lc.value_levels = base(lc.value_bits).value_levels;
     }
     c.layers.push_back(std::move(lc));
   }
@@ -407,21 +487,24 @@ Calibration assemble(const Method& m, const ModelIdentity& model, const std::str
 }  // namespace
 
 Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
-                                  int64_t tokens, const std::vector<std::array<std::vector<double>, 2>>& probe,
+                                  int64_t tokens, const RateProbe& probe,
                                   const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
-  const int L = int(probe.size());
+  const int L = int(probe.size()), H = ratequant_per_head(m) ? model.n_kv_heads : 1;
+  const size_t W = widths.size();
   VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
-  const int total = ratequant_budget(m, 2 * L, model.head_dim);
+  const int total = ratequant_budget(m, ratequant_units(m, L, model.n_kv_heads), model.head_dim);
   // The allocation is computed from the stored (float) values, so that a file's allocation
   // follows from its own table.
   std::vector<std::vector<double>> loss;
   for (int l = 0; l < L; ++l) {
     for (int side = 0; side < 2; ++side) {
       const auto& kl = probe[size_t(l)][size_t(side)];
-      VQ_CHECK(kl.size() == widths.size(), "ratequant: a probe row without one KL per width");
-      loss.emplace_back();
-      for (double x : kl) loss.back().push_back(double(float(x)));
+      VQ_CHECK(kl.size() == size_t(H) * W, "ratequant: a probe row without one KL per unit and width");
+      for (int h = 0; h < H; ++h) {
+        loss.emplace_back();
+        for (size_t i = 0; i < W; ++i) loss.back().push_back(double(float(kl[size_t(h) * W + i])));
+      }
     }
   }
   return assemble(m, model, source, tokens, probe, allocate_bits(loss, widths.front(), total), base_calibs);
@@ -430,25 +513,27 @@ Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, c
 Calibration ratequant_even_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
                                        const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
-  const int L = model.n_layer, U = 2 * L, lo = widths.front();
-  VQ_CHECK(L >= 1, "ratequant: no layers");
+  const int L = model.n_layer, H = ratequant_per_head(m) ? model.n_kv_heads : 1, U = 2 * L * H, lo = widths.front();
+  VQ_CHECK(L >= 1 && H >= 1, "ratequant: no layers or no KV heads");
   const int extra = ratequant_budget(m, U, model.head_dim) - lo * U;  // within [0, (hi - lo) * U]: avg is in [lo, hi]
-  // Spread over the order keys of layers 0..L-1, then values of layers 0..L-1, so both sides and
-  // all depths get their share.
+  // Unit u is (layer, side, head) in that order; the extra bits are spread over the order keys of
+  // every layer and head, then values, so both sides and all depths and heads get their share.
   std::vector<int> alloc;
   for (int u = 0; u < U; ++u) {
-    const int64_t p = (u % 2) * L + u / 2;
+    const int l = u / (2 * H), side = (u / H) % 2, h = u % H;
+    const int64_t p = int64_t(side) * L * H + int64_t(l) * H + h;
     alloc.push_back(lo + int((p + 1) * extra / U - p * extra / U));
   }
-  std::vector<std::array<std::vector<double>, 2>> probe(
-      static_cast<size_t>(L), {std::vector<double>(widths.size(), 0.0), std::vector<double>(widths.size(), 0.0)});
+  const RateProbe probe(static_cast<size_t>(L), {std::vector<double>(size_t(H) * widths.size(), 0.0),
+                                                 std::vector<double>(size_t(H) * widths.size(), 0.0)});
   return assemble(m, model, source, 0, probe, alloc, base_calibs);
 }
 
 const MethodDef& ratequant_method() {
   static const MethodDef def{
       {"ratequant",
-       "RateQuant: per-layer key and value bit widths over a base method, from a KL sensitivity probe (needs calibrate)",
+       "RateQuant: per-layer (or per-KV-head) key and value bit widths over a base method, from a KL sensitivity probe "
+       "(needs calibrate)",
        {
            {"base", ParamType::kChoice, 0, 0, 2, "base method (its other parameters at their defaults)",
             {kBaseNames[0], kBaseNames[1], kBaseNames[2]}},
@@ -464,6 +549,8 @@ const MethodDef& ratequant_method() {
             {}},
            {"sink", ParamType::kInt, -1, -1, 1 << 16, "the base's fp16 sink tokens (-1: the base's default)", {}},
            {"residual", ParamType::kInt, -1, -1, 1 << 20, "the base's fp16 window (-1: the base's default)", {}},
+           {"unit", ParamType::kChoice, 0, 0, 1,
+            "what gets a width: each layer's keys and values, or each KV head's of each layer", {"layer", "head"}},
        }},
       [](const ParamValues& v) -> std::unique_ptr<MethodImpl> { return std::make_unique<RateQuantMethod>(v); }};
   return def;
