@@ -77,6 +77,10 @@ VQ_API const char* vq_method_spec(const vq_method* method);
 VQ_API vq_status vq_method_bits(const vq_method* method, int head_dim, double* bits_per_element, double* key_bits,
                                 double* value_bits);
 /* 1 if the method needs a calibration file (`veloxquant calibrate`), else 0 (also for NULL). */
+/* Bits per element everything counted when a sequence holds ctx tokens (ctx >= 1): the compressed
+ * tokens at vq_method_bits's figure, the fp16 sinks and window at 16 bits, as their share of ctx
+ * (all of them fp16 when ctx is at most those tokens). */
+VQ_API vq_status vq_method_bits_counted(const vq_method* method, int head_dim, int64_t ctx, double* bits);
 VQ_API int vq_method_needs_calibration(const vq_method* method);
 /* fp16 residual-window tokens (the larger of keys' and values') and fp16 sink tokens. */
 VQ_API vq_status vq_method_window(const vq_method* method, int* window_tokens, int* sink_tokens);
@@ -282,6 +286,11 @@ VQ_API void vq_perplexity_config_init(vq_perplexity_config* config);
 /* Perplexity over text (tokenized with BOS, chunked exactly as llama.cpp's llama-perplexity). */
 VQ_API vq_status vq_perplexity(const vq_model* model, const char* text, size_t text_len,
                                const vq_perplexity_config* config, vq_perplexity_result* out);
+/* A result's bits per element everything counted at its ctx (`perplexity --json`'s kv_bits_counted):
+ * kv_bits_per_element, with kv_sink_tokens + kv_window_tokens tokens at 16 bits as their share of
+ * ctx. For a calibrated method (RateQuant) this is the calibrated allocation's figure, which
+ * vq_method_bits_counted on the bare spec cannot know. */
+VQ_API vq_status vq_perplexity_bits_counted(const vq_perplexity_result* result, double* bits);
 
 #ifdef __cplusplus
 }

@@ -119,6 +119,11 @@ struct Method {
     check(vq_method_bits(h, head_dim, &avg, &k, &v));
     return {avg, k, v};
   }
+  double bits_counted(int head_dim, int64_t ctx) const {
+    double b;
+    check(vq_method_bits_counted(h, head_dim, ctx, &b));
+    return b;
+  }
   bool needs_calibration() const { return vq_method_needs_calibration(h) != 0; }
   std::tuple<int, int> window() const {
     int w, s;
@@ -291,6 +296,9 @@ struct Model {
                             {"kv_key_bits", nb::cast(r.kv_key_bits)}, {"kv_value_bits", nb::cast(r.kv_value_bits)},
                             {"kv_window_tokens", nb::cast(r.kv_window_tokens)},
                             {"kv_sink_tokens", nb::cast(r.kv_sink_tokens)}});
+    double counted;
+    check(vq_perplexity_bits_counted(&r, &counted));
+    d["kv_bits_counted"] = counted;
     if (r.compared) {
       d["kl_mean"] = r.kl_mean;
       d["kl_p99"] = r.kl_p99;
@@ -386,6 +394,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<const std::string&>(), "spec"_a)
       .def_prop_ro("spec", &Method::spec)
       .def("bits", &Method::bits, "head_dim"_a)
+      .def("bits_counted", &Method::bits_counted, "head_dim"_a, "ctx"_a)
       .def_prop_ro("needs_calibration", &Method::needs_calibration)
       .def("window", &Method::window);
 

@@ -57,6 +57,11 @@ class Method:
     def value_bits(self, head_dim: int = 128) -> float:
         return self._m.bits(head_dim)[2]
 
+    def bits_counted(self, head_dim: int = 128, ctx: int = 2048) -> float:
+        """Bits per element everything counted when a sequence holds ctx tokens: the compressed
+        tokens at bits(), the fp16 sinks and window at 16, as their share of ctx."""
+        return self._m.bits_counted(head_dim, ctx)
+
     @property
     def needs_calibration(self) -> bool:
         return self._m.needs_calibration

@@ -88,6 +88,16 @@ VQ_API vq_status vq_method_bits(const vq_method* method, int head_dim, double* b
   });
 }
 
+VQ_API vq_status vq_method_bits_counted(const vq_method* method, int head_dim, int64_t ctx, double* bits) {
+  return guard([&] {
+    require_ptr(method, "method");
+    require_ptr(bits, "bits");
+    VQ_CHECK(head_dim >= 1 && head_dim <= 4096, fmt::format("head_dim {} is outside [1, 4096]", head_dim));
+    VQ_CHECK(ctx >= 1, fmt::format("ctx {} is below one token", ctx));
+    *bits = method->method.bits_counted(head_dim, ctx);
+  });
+}
+
 VQ_API int vq_method_needs_calibration(const vq_method* method) {
   return method && method->method.needs_calibration() ? 1 : 0;
 }
@@ -96,7 +106,7 @@ VQ_API vq_status vq_method_window(const vq_method* method, int* window_tokens, i
   return guard([&] {
     require_ptr(method, "method");
     const vq::kv::Method& m = method->method;
-    if (window_tokens) *window_tokens = std::max(m.keys().key_keep(), m.values().value_keep());
+    if (window_tokens) *window_tokens = m.window_tokens();
     if (sink_tokens) *sink_tokens = m.sink_tokens();
   });
 }

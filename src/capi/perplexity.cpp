@@ -4,6 +4,7 @@
 
 #include "src/capi/handles.h"
 #include "src/eval/perplexity.h"
+#include "src/kv/registry.h"
 
 using namespace vq::capi;
 
@@ -56,7 +57,7 @@ VQ_API vq_status vq_perplexity(const vq_model* model, const char* text, size_t t
     r.kv_bits_per_element = method.bits_per_element(head_dim);
     r.kv_key_bits = method.keys().key_bits(head_dim);
     r.kv_value_bits = method.values().value_bits(head_dim);
-    r.kv_window_tokens = std::max(method.keys().key_keep(), method.values().value_keep());
+    r.kv_window_tokens = method.window_tokens();
     r.kv_sink_tokens = method.sink_tokens();
     r.compared = s.compared ? 1 : 0;
     if (s.compared) {
@@ -66,6 +67,17 @@ VQ_API vq_status vq_perplexity(const vq_model* model, const char* text, size_t t
       r.ppl_fp16 = s.ppl_fp16;
     }
     *out = r;
+  });
+}
+
+VQ_API vq_status vq_perplexity_bits_counted(const vq_perplexity_result* result, double* bits) {
+  return guard([&] {
+    require_ptr(result, "result");
+    require_ptr(bits, "bits");
+    VQ_CHECK(result->ctx >= 1 && result->kv_window_tokens >= 0 && result->kv_sink_tokens >= 0,
+             "result: not one of vq_perplexity's (ctx below one token, or negative fp16 tokens)");
+    *bits = vq::kv::bits_with_fp16_tokens(result->kv_bits_per_element,
+                                          int64_t(result->kv_window_tokens) + result->kv_sink_tokens, result->ctx);
   });
 }
 

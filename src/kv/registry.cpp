@@ -92,6 +92,8 @@ int fp16_tokens(const MethodImpl& keys, const MethodImpl& values) {
   return std::max(keys.sink_tokens(), values.sink_tokens()) + std::max(keys.key_keep(), values.value_keep());
 }
 
+int Method::window_tokens() const { return std::max(keys_->key_keep(), values_->value_keep()); }
+
 int Method::fp16_tokens() const { return kv::fp16_tokens(*keys_, *values_); }
 
 double bits_with_fp16_tokens(double bits, int64_t fp16_tokens, int64_t ctx) {

@@ -137,6 +137,13 @@ static void test_methods(void) {
   int window = -1, sinks = -1;
   CHECK_OK(vq_method_window(m, &window, &sinks));
   CHECK(window == 128 && sinks == 0);
+  /* 3 bits for 2048 - 128 tokens, 16 for the window's 128. */
+  CHECK_OK(vq_method_bits_counted(m, 128, 2048, &bits));
+  CHECK(fabs(bits - (1920.0 * 3 + 128.0 * 16) / 2048) < 1e-12);
+  CHECK_OK(vq_method_bits_counted(m, 128, 100, &bits));
+  CHECK(fabs(bits - 16.0) < 1e-12);
+  CHECK_FAILS(vq_method_bits_counted(m, 128, 0, &bits), VQ_ERR_INVALID_ARGUMENT, "ctx 0");
+  CHECK_FAILS(vq_method_bits_counted(m, 128, 2048, NULL), VQ_ERR_INVALID_ARGUMENT, "bits is NULL");
   CHECK(vq_method_needs_calibration(m) == 0);
   CHECK_FAILS(vq_method_bits(m, 0, &bits, NULL, NULL), VQ_ERR_INVALID_ARGUMENT, "head_dim 0");
   vq_method_free(m);
@@ -495,6 +502,10 @@ static void test_model(const char* model_path) {
   CHECK_OK(vq_method_bits(km, info.head_dim, &kbits, NULL, NULL));
   vq_method_free(km);
   CHECK(r.kv_window_tokens == 16 && r.kv_bits_per_element == kbits);
+  double counted = 0;
+  CHECK_OK(vq_perplexity_bits_counted(&r, &counted));
+  CHECK(fabs(counted - ((64.0 - 16 - r.kv_sink_tokens) * kbits + (16.0 + r.kv_sink_tokens) * 16) / 64) < 1e-12);
+  CHECK_FAILS(vq_perplexity_bits_counted(NULL, &counted), VQ_ERR_INVALID_ARGUMENT, "result is NULL");
   pc.n_ctx = 4096;
   CHECK_FAILS(vq_perplexity(model, ptext, strlen(ptext), &pc, &r), VQ_ERR_INVALID_ARGUMENT, "fewer than one chunk");
   CHECK_FAILS(vq_perplexity(model, NULL, 10, &pc, &r), VQ_ERR_INVALID_ARGUMENT, "text is NULL");

@@ -31,6 +31,8 @@ def test_methods_are_the_registry():
     assert names == listed
     assert vq.Method("kivi:kbits=2").spec == "kivi"
     assert vq.Method("kivi").bits(128) == pytest.approx(3.0)
+    # kivi's 128-token fp16 window counted at 16 bits among 2048 tokens
+    assert vq.Method("kivi").bits_counted(128, 2048) == pytest.approx((1920 * 3 + 128 * 16) / 2048)
 
 
 def random_cache(spec, rng, layers=2, kv_heads=2, head_dim=64, tokens=300, dtype=np.float32):
@@ -187,7 +189,7 @@ def test_perplexity_gives_the_cli_figures(model, kv):
         got = model.perplexity(f.read(), ctx=128, chunks=2, kv=kv)
     for key, value in got.items():
         assert want[key] == value, key
-    assert {"ppl", "ppl_stderr", "tokens_scored", "kv_bits_per_element"} <= set(got)
+    assert {"ppl", "ppl_stderr", "tokens_scored", "kv_bits_per_element", "kv_bits_counted"} <= set(got)
 
 
 def test_the_package_ships_type_stubs():

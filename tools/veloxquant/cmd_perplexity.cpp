@@ -120,7 +120,7 @@ Runner add_perplexity_command(CLI::App& app) {
       j["kv_bits_per_element"] = method.bits_per_element(head_dim);
       j["kv_key_bits"] = method.keys().key_bits(head_dim);
       j["kv_value_bits"] = method.values().value_bits(head_dim);
-      j["kv_window_tokens"] = std::max(method.keys().key_keep(), method.values().value_keep());
+      j["kv_window_tokens"] = method.window_tokens();
       j["kv_sink_tokens"] = method.sink_tokens();
       j["kv_bits_counted"] = method.bits_counted(head_dim, n_ctx);
       if (s.compared) {

@@ -85,6 +85,8 @@ class Method {
   int sink_tokens() const;
   // Average of key and value bits per element for compressed tokens.
   double bits_per_element(int head_dim) const;
+  // The newest tokens a sequence keeps in fp16: the larger side's residual window.
+  int window_tokens() const;
   // Tokens a sequence keeps in fp16: the sinks and the residual window (the larger side's).
   int fp16_tokens() const;
   // Bits per element everything counted when a sequence holds `ctx` tokens: bits_per_element for
