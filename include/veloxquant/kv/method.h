@@ -61,8 +61,9 @@ class MethodImpl {
   // when nothing changes (codecs read CodecContext::calib per layer).
   virtual std::shared_ptr<const MethodImpl> calibrated(const Calibration&) const { return nullptr; }
   // Whether each KV head gets its own codecs (built with CodecContext::kv_head set), e.g. a
-  // basis learned per head. Such codecs must agree on block_tokens() and block_bytes() within
-  // a layer; param_bytes() counts once per head.
+  // basis learned per head, or a width per head (RateQuant's unit=head). The heads' codecs may
+  // differ in shape (blocks, query states, accumulators): each head's streams and attention use
+  // its own codecs'. param_bytes() counts once per head.
   virtual bool per_head_codecs() const { return false; }
 };
 
