@@ -58,6 +58,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <type_traits>
 
 #include "src/kv/calib/rate_allocation.h"
 #include "src/kv/methods/baseline/baseline.h"
@@ -144,22 +145,10 @@ class RateQuantMethod final : public MethodImpl {
   }
 
   std::unique_ptr<KeyCodec> key_codec(const CodecContext& ctx) const override {
-    const int w = width(ctx.layer, ctx.kv_head, 0);
-    if (w == 0) return fp16_->key_codec(ctx);
-    if (!head_datatypes()) return at(w).key_codec(ctx);
-    const LayerCalibration lc = head_calibration(ctx);
-    CodecContext c = ctx;
-    c.calib = &lc;
-    return at(w).key_codec(c);
+    return codec(ctx, 0, [](const MethodImpl& m, const CodecContext& c) { return m.key_codec(c); });
   }
   std::unique_ptr<ValueCodec> value_codec(const CodecContext& ctx) const override {
-    const int w = width(ctx.layer, ctx.kv_head, 1);
-    if (w == 0) return fp16_->value_codec(ctx);
-    if (!head_datatypes()) return at(w).value_codec(ctx);
-    const LayerCalibration lc = head_calibration(ctx);
-    CodecContext c = ctx;
-    c.calib = &lc;
-    return at(w).value_codec(c);
+    return codec(ctx, 1, [](const MethodImpl& m, const CodecContext& c) { return m.value_codec(c); });
   }
   // Per KV head, the heads' codecs differ in width (and in block bytes: LayerCache gives each
   // head's streams their own codec's blocks).
@@ -298,11 +287,25 @@ class RateQuantMethod final : public MethodImpl {
                   fmt::format("ratequant: the allocation covers {} KV heads, not head {}", heads.size(), head));
     return heads[size_t(head)][size_t(side)];
   }
+  // make(base, ctx) at the width of the unit ctx names on `side`: fp16 where the probe leaves the
+  // unit out; with per-head datatypes, under the layer's calibration with the head's levels in
+  // place of the layer's (the base's codecs copy what they read from it).
+  template <class Make>
+  std::invoke_result_t<Make, const MethodImpl&, const CodecContext&> codec(const CodecContext& ctx, int side,
+                                                                           Make make) const {
+    const int w = width(ctx.layer, ctx.kv_head, side);
+    if (w == 0) return make(*fp16_, ctx);
+    if (!head_datatypes()) return make(at(w), ctx);
+    const LayerCalibration lc = head_calibration(ctx);
+    CodecContext c = ctx;
+    c.calib = &lc;
+    return make(at(w), c);
+  }
   // Whether a codec's datatypes are its KV head's (a per-head allocation over a base that learns
   // per width), not the layer's.
   bool head_datatypes() const { return per_head_ && !probe_ && kBases[base_].learns_per_width; }
   // The layer's calibration with the datatypes learned at the head's widths in place of the
-  // layer's, for the base's codecs (which copy what they read from it).
+  // layer's.
   static LayerCalibration head_calibration(const CodecContext& ctx) {
     VQ_CHECK_DATA(ctx.calib && ctx.kv_head >= 0 && size_t(ctx.kv_head) < ctx.calib->key_head_levels.size() &&
                       size_t(ctx.kv_head) < ctx.calib->value_head_levels.size(),
