@@ -492,12 +492,16 @@ def render():
                 bands = ", ".join("%.0f–%.0f%%: %d/%d" % (100 * b["from"], 100 * b["to"],
                                                            round(b["accuracy"] * b["trials"]), b["trials"])
                                   for b in r["depth_bands"])
-                rows.append([d["kv"], r["ctx"], "%.2f" % r["accuracy"], r["trials"], bands])
+                # The commit the run was measured at: the rows come from runs made at different
+                # times, and the engine's arithmetic moved between them (docs/engine.md).
+                rows.append([d["kv"], r["ctx"], "%.2f" % r["accuracy"], r["trials"], bands,
+                             "`%s`" % run["stamp"]["commit"][:7]])
                 fig_data.setdefault(d["kv"], []).append((r["ctx"], r["accuracy"]))
         parts += ["## Passkey retrieval", "",
                   "A random 5-digit key hidden at a random depth of filler text; accuracy per length and per "
-                  "depth band (correct/trials).", "",
-                  table(["method", "tokens", "accuracy", "trials", "by depth"], rows), ""]
+                  "depth band (correct/trials), and the commit each run was measured at (rows measured at "
+                  "different commits compare only loosely: the engine's arithmetic changed between them).", "",
+                  table(["method", "tokens", "accuracy", "trials", "by depth", "commit"], rows), ""]
         fig, ax = plt.subplots()
         for kv, pts in fig_data.items():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kv)
