@@ -19,7 +19,7 @@ kv::RateProbe run_rate_probe(const engine::Model& model, const kv::Method& metho
   const int L = int(model.cache_layout().size()), W = int(widths.size());
   // With unit=head, each KV head of each layer is a unit of its own (head -1: the whole layer).
   const bool per_head = kv::ratequant_per_head(method);
-  const int H = per_head ? model.cache_layout()[0].n_kv_heads : 1;
+  const int H = kv::ratequant_unit_heads(method, model.cache_layout()[0].n_kv_heads);
   for (const kv::LayerConfig& c : model.cache_layout()) {
     VQ_CHECK(!per_head || c.n_kv_heads == H, "ratequant probe: unit=head needs the same KV heads in every layer");
   }

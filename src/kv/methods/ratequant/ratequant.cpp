@@ -172,7 +172,7 @@ class RateQuantMethod final : public MethodImpl {
     for (int w = lo_; w <= hi_; ++w) widths.push_back(w);
     VQ_CHECK_DATA(c.probe_bits == widths,
                   fmt::format("the calibration for '{}' holds no RateQuant probe over widths {}..{}", c.spec, lo_, hi_));
-    const int H = per_head_ ? c.model.n_kv_heads : 1;
+    const int H = unit_heads(c.model.n_kv_heads);
     auto m = std::make_shared<RateQuantMethod>(*this);
     m->alloc_.clear();
     int64_t sum = 0;
@@ -230,6 +230,7 @@ class RateQuantMethod final : public MethodImpl {
     return m;
   }
   bool per_head() const { return per_head_; }
+  int unit_heads(int n_kv_heads) const { return per_head_ ? n_kv_heads : 1; }
   bool learns_per_width() const { return kBases[base_].learns_per_width; }
   // The base method at width w with the spec's sinks and window, its other parameters at their
   // defaults.
@@ -401,8 +402,10 @@ Method ratequant_base_method(const Method& m, int bits) {
 
 bool ratequant_per_head(const Method& m) { return ratequant_impl(m).per_head(); }
 
+int ratequant_unit_heads(const Method& m, int n_kv_heads) { return ratequant_impl(m).unit_heads(n_kv_heads); }
+
 int ratequant_units(const Method& m, int n_layers, int n_kv_heads) {
-  return 2 * n_layers * (ratequant_per_head(m) ? n_kv_heads : 1);
+  return 2 * n_layers * ratequant_unit_heads(m, n_kv_heads);
 }
 
 Method ratequant_probe_reference(const Method& m, int n_layers) {
@@ -437,7 +440,7 @@ Calibration assemble(const Method& m, const ModelIdentity& model, const std::str
   const std::vector<int> widths = ratequant_widths(m);
   const int L = int(probe.size());
   const bool per_width = ratequant_learns_per_width(m), per_head = ratequant_per_head(m);
-  const int H = per_head ? model.n_kv_heads : 1;
+  const int H = ratequant_unit_heads(m, model.n_kv_heads);
   VQ_CHECK(!per_width || base_calibs.size() == widths.size(),
            fmt::format("ratequant: '{}' needs its base's calibration at each of {} widths", m.spec(), widths.size()));
   Calibration c;
@@ -493,7 +496,7 @@ Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, c
                                   int64_t tokens, const RateProbe& probe,
                                   const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
-  const int L = int(probe.size()), H = ratequant_per_head(m) ? model.n_kv_heads : 1;
+  const int L = int(probe.size()), H = ratequant_unit_heads(m, model.n_kv_heads);
   const size_t W = widths.size();
   VQ_CHECK(L == model.n_layer, fmt::format("ratequant: a probe of {} layers for a model of {}", L, model.n_layer));
   const int total = ratequant_budget(m, ratequant_units(m, L, model.n_kv_heads), model.head_dim);
@@ -516,7 +519,7 @@ Calibration ratequant_calibration(const Method& m, const ModelIdentity& model, c
 Calibration ratequant_even_calibration(const Method& m, const ModelIdentity& model, const std::string& source,
                                        const std::vector<std::shared_ptr<const Calibration>>& base_calibs) {
   const std::vector<int> widths = ratequant_widths(m);
-  const int L = model.n_layer, H = ratequant_per_head(m) ? model.n_kv_heads : 1, U = 2 * L * H, lo = widths.front();
+  const int L = model.n_layer, H = ratequant_unit_heads(m, model.n_kv_heads), U = 2 * L * H, lo = widths.front();
   VQ_CHECK(L >= 1 && H >= 1, "ratequant: no layers or no KV heads");
   const int extra = ratequant_budget(m, U, model.head_dim) - lo * U;  // within [0, (hi - lo) * U]: avg is in [lo, hi]
   // Unit u is (layer, side, head) in that order; the extra bits are spread over the order keys of

@@ -23,6 +23,9 @@ bool is_ratequant(const Method& m);
 std::vector<int> ratequant_widths(const Method& m);
 // Whether m allocates per KV head (unit=head) rather than per layer.
 bool ratequant_per_head(const Method& m);
+// The units per layer and side on a model of n_kv_heads KV heads: one, or with unit=head one per
+// KV head (probe rows hold [head][width] over these).
+int ratequant_unit_heads(const Method& m, int n_kv_heads);
 // Its units on a model of n_layers layers of n_kv_heads KV heads: (layer, side), or with unit=head
 // (layer, side, KV head).
 int ratequant_units(const Method& m, int n_layers, int n_kv_heads);
