@@ -2,7 +2,8 @@
 // their file type. Types with an integer kernel (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K) quantize x
 // to 8 bits per element first, as llama.cpp does, and multiply bytes (qdot.h); the others (F16,
 // BF16, F32, Q4_1, Q5_1) multiply floats: decode streams each row once, prefill dequantizes a panel
-// of rows into L1/L2 once per call. F16 rows meet x rounded to fp16, as llama.cpp's F16 products do.
+// of rows into L1/L2 once per call (F16 rows are widened in registers instead). F16 rows meet x
+// rounded to fp16, as llama.cpp's F16 products do.
 #pragma once
 
 #include <cstddef>

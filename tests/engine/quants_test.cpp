@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "hwy/highway.h"
+#include "hwy/targets.h"
 #include "src/core/fp16.h"
 #include "src/core/rng.h"
 #include "src/engine/dequant.h"
@@ -95,34 +97,46 @@ TEST(Matmul, EqualsReferenceForEveryType) {
 // Decode (up to 4 tokens: one pass per row) and prefill (a dequantized panel) take different paths
 // for F16, BF16 and F32 weights; a token's product must not depend on which, so that a sequence
 // batched with others generates what it generates alone.
+// On every target this CPU runs: prefill's tiles (4 x 6 tokens with 32 vector registers, 4 x 3
+// with 16) and their remainders against decode's rows of up to 4 tokens.
 TEST(Matmul, FloatWeightsGiveATokenTheSameResultInAnyBatch) {
-  for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
-    const int64_t rows = 37, cols = 512, n_tok = 9;
-    std::vector<uint8_t> data;
-    Rng rng(9);
-    if (t == GgmlType::kF32) {  // (random bytes would hold NaNs)
-      std::vector<float> f(size_t(rows * cols));
-      for (auto& v : f) v = float(rng.normal());
-      data.resize(f.size() * 4);
-      std::memcpy(data.data(), f.data(), data.size());
-    } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        auto row = random_row(t, cols, uint64_t(r) * 5 + 1);
-        data.insert(data.end(), row.begin(), row.end());
+  const int64_t all = hwy::SupportedTargets() & (HWY_TARGETS | HWY_AVX3_DL);
+  for (int64_t bits = all; bits != 0; bits &= bits - 1) {
+    hwy::SetSupportedTargetsForTest(bits & -bits);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
+      const int64_t rows = 37, cols = 512;
+      std::vector<uint8_t> data;
+      Rng rng(9);
+      if (t == GgmlType::kF32) {  // (random bytes would hold NaNs)
+        std::vector<float> f(size_t(rows * cols));
+        for (auto& v : f) v = float(rng.normal());
+        data.resize(f.size() * 4);
+        std::memcpy(data.data(), f.data(), data.size());
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          auto row = random_row(t, cols, uint64_t(r) * 5 + 1);
+          data.insert(data.end(), row.begin(), row.end());
+        }
       }
-    }
-    const Weight w{uint32_t(t), rows, cols, data.data(), row_bytes(uint32_t(t), cols)};
-    std::vector<float> x(size_t(n_tok * cols)), all(size_t(n_tok * rows)), part(all.size());
-    for (auto& v : x) v = float(rng.normal());
-    matmul(w, x.data(), n_tok, all.data());
-    for (int64_t group : {1, 2, 4}) {
-      for (int64_t t0 = 0; t0 < n_tok; t0 += group) {
-        const int64_t n = std::min(group, n_tok - t0);
-        matmul(w, x.data() + t0 * cols, n, part.data() + t0 * rows);
+      const Weight w{uint32_t(t), rows, cols, data.data(), row_bytes(uint32_t(t), cols)};
+      for (int64_t n_tok : {9, 14}) {
+        std::vector<float> x(size_t(n_tok * cols)), all_tok(size_t(n_tok * rows)), part(all_tok.size());
+        for (auto& v : x) v = float(rng.normal());
+        matmul(w, x.data(), n_tok, all_tok.data());
+        for (int64_t group : {1, 2, 4}) {
+          for (int64_t t0 = 0; t0 < n_tok; t0 += group) {
+            const int64_t n = std::min(group, n_tok - t0);
+            matmul(w, x.data() + t0 * cols, n, part.data() + t0 * rows);
+          }
+          EXPECT_EQ(all_tok, part) << hwy::TargetName(bits & -bits) << " " << ggml_type_info(uint32_t(t))->name
+                                   << ", " << n_tok << " tokens in groups of " << group;
+        }
       }
-      EXPECT_EQ(all, part) << ggml_type_info(uint32_t(t))->name << " in groups of " << group;
     }
   }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
 TEST(Matmul, SameResultAtAnyThreadCount) {

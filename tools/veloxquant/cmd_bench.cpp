@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "src/core/simd.h"
 #include "src/core/threads.h"
 #include "src/engine/sampler.h"
 #include "src/engine/session.h"
@@ -42,7 +43,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Runner add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prefill and decode speed, KV bytes and peak RSS per KV method");
   struct Opts {
-    std::string model, text;
+    std::string model, text, simd = "best";
     std::vector<std::string> kv, calib;
     std::vector<int64_t> depths = {0};
     int prompt = 512, n_decode = 64, reps = 3, threads = 2;
@@ -58,6 +59,8 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("-f,--file", o->text, "Text whose tokens fill prompts and depths, repeated as needed (default: a built-in English paragraph)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--simd", o->simd,
+                  "Best SIMD target the kernels may use: best, avx3 or avx2 (to measure what a CPU without AVX-512 runs)");
   add_calib_option(cmd, &o->calib);
   cmd->callback([o]() {
     if (o->kv.empty()) o->kv = {"fp16"};
@@ -65,6 +68,7 @@ Runner add_bench_command(CLI::App& app) {
     for (int64_t d : o->depths) VQ_CHECK(d >= 0, fmt::format("--depths: {} is negative", d));
   });
   return [o]() {
+    limit_simd_target(o->simd);
     set_num_threads(o->threads);
     const auto model = engine::Model::load(o->model);
     const auto& cfg = model->config();
@@ -153,6 +157,7 @@ Runner add_bench_command(CLI::App& app) {
     nlohmann::json j;
     j["model"] = o->model;
     j["threads"] = o->threads;
+    j["simd_target"] = simd_target_name();
     j["prompt_tokens"] = o->prompt;
     j["decode_tokens"] = o->n_decode;
     j["reps"] = o->reps;
@@ -194,8 +199,8 @@ Runner add_bench_command(CLI::App& app) {
     if (o->json) {
       fmt::print("{}\n", j.dump(2));
     } else {
-      fmt::print("{} threads; prompt {} tokens; {} decode steps per depth; median [min, max] of {} interleaved rounds\n",
-                 o->threads, o->prompt, o->n_decode, o->reps);
+      fmt::print("{} threads, SIMD {}; prompt {} tokens; {} decode steps per depth; median [min, max] of {} interleaved rounds\n",
+                 o->threads, simd_target_name(), o->prompt, o->n_decode, o->reps);
       if (base) fmt::print("fp16 noise floor (max-min)/median: {:.1f}%\n", 100 * noise);
       fmt::print("peak RSS {:.1f} MiB\n\n", peak_rss_bytes() / 1048576.0);
       print_table(rows);
