@@ -225,8 +225,14 @@ void DotLegacy(const Block* w, int64_t nb, const BlockQ8_0Act* const* y, const f
   for (int t = 0; t < kTok; ++t) out[t * out_stride] = Total(acc[t]);
 }
 
-// The K-quants take up to 4 tokens a pass (their sums need three registers per token); the
-// legacy types, up to kQDotMaxTokens.
+// The K-quants take up to 8 tokens a pass where there are 32 vector registers and 4 on AVX2's 16
+// (their sums need three registers per token); the legacy types, up to kQDotMaxTokens.
+#if HWY_TARGET == HWY_AVX2
+constexpr int kKQuantTokens = 4;
+#else
+constexpr int kKQuantTokens = 8;
+#endif
+
 template <int kTok>
 void QDotK(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_t act_stride, float* out,
            int64_t out_stride) {
@@ -264,13 +270,19 @@ void QDot(uint32_t type, const uint8_t* w, int64_t n, const uint8_t* acts, size_
           int64_t out_stride, const float* ts) {
   switch (GgmlType(type)) {
     case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-      for (int t0 = 0; t0 < n_tok; t0 += 4) {
+      for (int t0 = 0; t0 < n_tok; t0 += kKQuantTokens) {
         const uint8_t* a = acts + size_t(t0) * act_stride;
         float* o = out + t0 * out_stride;
-        switch (std::min(4, n_tok - t0)) {
+        switch (std::min(kKQuantTokens, n_tok - t0)) {
           case 1: QDotK<1>(type, w, n, a, act_stride, o, out_stride); break;
           case 2: QDotK<2>(type, w, n, a, act_stride, o, out_stride); break;
           case 3: QDotK<3>(type, w, n, a, act_stride, o, out_stride); break;
+#if HWY_TARGET != HWY_AVX2
+          case 5: QDotK<5>(type, w, n, a, act_stride, o, out_stride); break;
+          case 6: QDotK<6>(type, w, n, a, act_stride, o, out_stride); break;
+          case 7: QDotK<7>(type, w, n, a, act_stride, o, out_stride); break;
+          case 8: QDotK<8>(type, w, n, a, act_stride, o, out_stride); break;
+#endif
           default: QDotK<4>(type, w, n, a, act_stride, o, out_stride); break;
         }
       }
