@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <utility>
-#include <vector>
 
 #include "src/core/fp16.h"
 
@@ -70,39 +69,17 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-float gelu_ggml(float x) {
+float gelu_of_half(float xh) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoefA = 0.044715f;
-  if (x <= -10.0f) return 0.0f;
-  if (x >= 10.0f) return x;
-  const float xh = f16_to_f32(f32_to_f16(x));
   const float g = 0.5f * xh * (1.0f + std::tanh(kSqrt2OverPi * xh * (1.0f + kCoefA * xh * xh)));
   return f16_to_f32(f32_to_f16(g));
 }
 
-namespace {
-// gelu_ggml depends on x only through its fp16 rounding inside (-10, 10): tabulate it once for
-// every fp16 value, as ggml does (ggml_table_gelu_f16), and look it up.
-const float* gelu_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) {
-      const float x = f16_to_f32(uint16_t(h));
-      t[h] = std::isfinite(x) && x > -10.0f && x < 10.0f ? gelu_ggml(x) : 0.0f;
-    }
-    return t;
-  }();
-  return table.data();
-}
-}  // namespace
-
-void gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
-  const float* table = gelu_table();
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = gate[i];
-    const float g = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[f32_to_f16(x)];
-    y[i] = g * up[i];
-  }
+float gelu_ggml(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  return gelu_of_half(f16_to_f32(f32_to_f16(x)));
 }
 
 }  // namespace vq::engine

@@ -28,6 +28,11 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* y);
 // inside (-10, 10) (GGML_GELU_FP16, a lookup table there), identity above 10, 0 below -10.
 float gelu_ggml(float x);
 
+// The tanh formula on a value already rounded to fp16, its result rounded to fp16: ggml's table
+// entry for that value (ggml_table_gelu_f16 holds it for every fp16 value, ±10 included, which
+// x just inside (-10, 10) rounds to).
+float gelu_of_half(float xh);
+
 // y[i] = gelu(gate[i]) * up[i].
 void gelu_mul(const float* gate, const float* up, int64_t n, float* y);
 
