@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The report's "both engines" section and the hand-made passkey rows, from small JSON fixtures:
 # each contender's median [min, max] over rounds, ratios taken within a round (not of the medians),
+# a prefill table where the runs measured prefill,
 # every llama.cpp run a column, the stamp's llama.cpp commit named; a results/passkey_*.json run adds
 # its rows after the matrix's; two renders give the same bytes.
 set -euo pipefail
@@ -28,6 +29,10 @@ runs = [run(0, "ours fp16", 40.0), run(0, "llama.cpp fa1 f16", 10.0), run(0, "ll
         run(1, "ours fp16", 30.0), run(1, "llama.cpp fa1 f16", 15.0), run(1, "llama.cpp fa1 q4_0", 5.0)]
 json.dump({"stamp": stamp("python3 bench/vs_llamacpp.py --depth 16384"), "data": {"runs": runs}},
           open(d + "/vs_llamacpp_d16384.json", "w"))
+# A depth-0 run with prefill figures: same-round prefill ratios 600/500 = 1.2 and 400/500 = 0.8.
+runs0 = [dict(run(0, "ours fp16", 90.0), depth=0, prefill=600.0), dict(run(0, "llama.cpp fa1 f16", 100.0), depth=0, prefill=500.0),
+         dict(run(1, "ours fp16", 90.0), depth=0, prefill=400.0), dict(run(1, "llama.cpp fa1 f16", 100.0), depth=0, prefill=500.0)]
+json.dump({"stamp": stamp("python3 bench/vs_llamacpp.py"), "data": {"runs": runs0}}, open(d + "/vs_llamacpp_d0.json", "w"))
 def pk(kv, accs):
     return {"kv": kv, "model": "m.gguf", "results": [
         {"ctx": c, "accuracy": a, "trials": 10, "depth_bands": [{"from": 0.0, "to": 1.0, "accuracy": a, "trials": 10}]}
@@ -41,7 +46,9 @@ for out in a b; do "$py" "$src/tools/report/report.py" render --results "$tmp/re
 doc=$tmp/a/RESULTS.md
 cmp "$doc" "$tmp/b/RESULTS.md" || fail "two renders differ"
 cmp "$tmp/a/figures/engines_decode_at_depth.png" "$tmp/b/figures/engines_decode_at_depth.png" || fail "two renders of the figure differ"
-grep -qF '## Both engines: decode at depth' "$doc" || fail "no section"
+grep -qF '## Both engines: decode at depth, and prefill' "$doc" || fail "no section"
+grep -qF '| ours fp16 | 500.00 [400.00, 600.00] | 1.00× [0.80×, 1.20×] |' "$doc" || fail "the prefill row of a depth-0 run"
+[[ $(grep -c 'Prefill of the same runs:' "$doc") == 1 ]] || fail "a prefill table only where the runs measured prefill"
 grep -qF '### Depth 16384, attn.gguf (2 rounds)' "$doc" || fail "the depth heading"
 grep -qF '| engine, cache | decode tok/s | peak RSS MiB | against llama.cpp fa1 f16 | against llama.cpp fa1 q4_0 |' "$doc" ||
   fail "one column per llama.cpp run"
