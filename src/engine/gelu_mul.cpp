@@ -2,7 +2,8 @@
 // (-10, 10), so it is tabulated once for every fp16 value, as ggml does (ggml_table_gelu_f16), and
 // each vector of gates is rounded to fp16 by the hardware conversion (round to nearest even, as
 // f32_to_f16) and looked up with a gather. The same floats as gelu_ggml(gate) * up, element by
-// element; the scalar loop this replaces rounded in software and took about 7% of a Gemma prefill.
+// element; a software rounding per element made this a visible share of Gemma's prefill
+// (performance.md, "Prefill's weight tiles").
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/engine/gelu_mul.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

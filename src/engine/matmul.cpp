@@ -89,7 +89,8 @@ void PanelTimesTokens(const float* panel, int n_rows, int64_t cols, const float*
 // the matmul. Widening the weights here instead of into a float panel halves the bytes they move
 // through L2, and the 4 x 6 tile (where there are 32 vector registers) loads 10 vectors per 24
 // multiply-adds against the panel's 8 per 16. The activations stay floats: widening them in the
-// tile too (a conversion per token and chunk) measured 3-4% slower.
+// tile too costs a conversion per token and chunk, which measured slower (performance.md, "Prefill's
+// weight tiles").
 template <int kR, int kT>
 HWY_INLINE void HalfTile(const hwy::float16_t* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x,
                          size_t x_stride, int64_t cols, float* HWY_RESTRICT y, size_t y_stride) {
@@ -134,7 +135,7 @@ HWY_INLINE void HalfRowsTimesTokens(const hwy::float16_t* w, size_t w_stride, in
   }
 }
 
-// The last n_left (1..kT) tokens as one tile's width.
+// The last n_left (at most kT) tokens as one tile's width.
 template <int kT>
 HWY_INLINE void HalfRowsTimesLastTokens(int n_left, const hwy::float16_t* w, size_t w_stride, int n_rows, int64_t cols,
                                         const float* x, float* y, int64_t y_stride) {
@@ -229,7 +230,7 @@ void quantized_item(const Weight& w, const QuantizedInput& in, int64_t n_tok, in
 
 // F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them: decode
 // (up to 4 tokens) reads them as fp16, half the bytes beside each streamed row; more tokens go
-// through the panel with the same rounded values, and both sum a (row, token) pair the same way.
+// through HalfTile with the same rounded values, and both sum a (row, token) pair the same way.
 bool f16_rows(const Weight& w) { return GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0; }
 
 const uint16_t* half_input(const float* x, size_t len) {

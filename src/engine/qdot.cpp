@@ -1,6 +1,6 @@
 // Vector kernels of the integer dot products (qdot.h) for x86: 256-bit byte multiply-adds on
-// AVX2, AVX-512 and AVX-512 VNNI, with up to four tokens (K-quants) or eight (Q4_0, Q5_0, Q8_0)
-// per pass over a weight row so that the weights are unpacked once for all of them. Each kernel
+// AVX2, AVX-512 and AVX-512 VNNI, with up to eight tokens (the K-quants four on AVX2) per pass
+// over a weight row so that the weights are unpacked once for all of them. Each kernel
 // forms exactly the eight lane sums and float operations that qdot_reference.cpp spells out; other targets run that reference.
 //
 // 256-bit vectors on the AVX-512 targets too: the blocks are 32 bytes wide, and Zen 4 executes
