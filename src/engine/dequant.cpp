@@ -240,8 +240,8 @@ HWY_INLINE bool DotRowT(uint32_t type, const uint8_t* src, int64_t n, const floa
 }
 
 // F16/BF16 rows (n a multiple of 32) against kTok activation rows: one accumulator per token over
-// the chunks in order, then the sum of its lanes, which is the arithmetic of the panel path's
-// DotTile (matmul.cpp) on the same values, so that a token's product does not depend on how many
+// the chunks in order, then the sum of its lanes, which is the arithmetic of prefill's
+// Tile (matmul.cpp) on the same values, so that a token's product does not depend on how many
 // tokens share the matmul. XT is float, or hwy::float16_t for activations held as fp16 (half the
 // bytes of a row's partner; the conversion is exact). The row is read in one forward stream with
 // nothing else in flight: a second stream, or software prefetches, measured slower.

@@ -1,12 +1,13 @@
 // Float-product matmul for many tokens: items of 16 weight rows (boundaries fixed by the shape).
-// F16 rows are read as stored by tiles of 4 rows x 6 tokens (HalfTile); the other float-product
-// types are dequantized once into a thread-local panel, then 4 rows x 4 tokens tiles.
+// F16 rows are read as stored by tiles of 4 rows x 6 tokens; the other float-product types are
+// dequantized once into a thread-local panel, then 4 rows x 4 tokens tiles (Tile, either way).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/engine/matmul.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/engine/matmul.h"
 
+#include <type_traits>
 #include <vector>
 
 #include "src/core/aligned_buffer.h"
@@ -21,13 +22,27 @@ namespace vq::engine {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// out[r * out_stride + t] = dot(w_r, x_t) for kR rows, kT tokens.
-template <int kR, int kT>
-HWY_INLINE void DotTile(const float* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x,
-                        size_t x_stride, int64_t cols, float* HWY_RESTRICT out, size_t out_stride) {
+// y[t * y_stride + r] = dot(w_r, x_t) for kR rows and kT tokens: one accumulator per (row, token)
+// over the row's chunks in order, then the sum of its lanes (and, for float rows whose length is
+// no multiple of the vector, the rest in scalar order). That is the arithmetic of DotHalfT
+// (dequant.cpp), which decode runs on the same values, so a token's product does not depend on
+// how many tokens share the matmul or on the tile's shape. WT is float (a dequantized panel) or
+// hwy::float16_t (F16 rows as stored, widened in registers: half the bytes through L2 of a
+// panel; their length is a multiple of 32, so they have no rest).
+template <int kR, int kT, typename WT>
+HWY_INLINE void Tile(const WT* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x, size_t x_stride,
+                     int64_t cols, float* HWY_RESTRICT y, size_t y_stride) {
   const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const int64_t N = int64_t(hn::Lanes(df));
   using V = hn::Vec<decltype(df)>;
+  auto load_w = [&](const WT* p) HWY_ATTR {
+    if constexpr (std::is_same_v<WT, float>) {
+      return hn::LoadU(df, p);
+    } else {
+      return hn::PromoteTo(df, hn::LoadU(dh, p));
+    }
+  };
   V acc[kR][kT];
   for (int r = 0; r < kR; ++r) {
     for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
@@ -37,123 +52,76 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT w, size_t w_stride, const floa
     V xv[kT];
     for (int t = 0; t < kT; ++t) xv[t] = hn::LoadU(df, x + t * x_stride + c);
     for (int r = 0; r < kR; ++r) {
-      const V wv = hn::LoadU(df, w + r * w_stride + c);
+      const V wv = load_w(w + r * w_stride + c);
       for (int t = 0; t < kT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
     }
   }
   for (int r = 0; r < kR; ++r) {
     for (int t = 0; t < kT; ++t) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
-      for (int64_t k = c; k < cols; ++k) s += w[r * w_stride + k] * x[t * x_stride + k];
-      out[r * out_stride + t] = s;
-    }
-  }
-}
-
-// Panel of kRows rows (dequantized, stride cols) times all tokens; y row-major [tok][rows_total].
-void PanelTimesTokens(const float* panel, int n_rows, int64_t cols, const float* x, int64_t n_tok,
-                      float* y, int64_t y_stride) {
-  // Tile results land in a small transposed buffer, then scatter to y.
-  float tile[4 * 4];
-  int64_t t = 0;
-  for (; t + 4 <= n_tok; t += 4) {
-    int r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-      DotTile<4, 4>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 4);
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 4; ++j) y[(t + j) * y_stride + r + i] = tile[i * 4 + j];
+      if constexpr (std::is_same_v<WT, float>) {
+        for (int64_t k = c; k < cols; ++k) s += w[r * w_stride + k] * x[t * x_stride + k];
       }
-    }
-    for (; r < n_rows; ++r) {
-      DotTile<1, 4>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 4);
-      for (int j = 0; j < 4; ++j) y[(t + j) * y_stride + r] = tile[j];
-    }
-  }
-  for (; t < n_tok; ++t) {
-    int r = 0;
-    for (; r + 4 <= n_rows; r += 4) {
-      DotTile<4, 1>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 1);
-      for (int i = 0; i < 4; ++i) y[t * y_stride + r + i] = tile[i];
-    }
-    for (; r < n_rows; ++r) {
-      DotTile<1, 1>(panel + r * cols, size_t(cols), x + t * cols, size_t(cols), cols, tile, 1);
-      y[t * y_stride + r] = tile[0];
+      y[t * y_stride + r] = s;
     }
   }
 }
 
-// F16 rows, read as stored and widened in registers, times activations already rounded to fp16
-// and held as floats: kR rows x kT tokens, one accumulator per (row, token) over the row's chunks
-// in order and then the sum of its lanes. That is the arithmetic of DotHalfT (dequant.cpp), which
-// decode runs on the same values, so a token's product does not depend on how many tokens share
-// the matmul. Widening the weights here instead of into a float panel halves the bytes they move
-// through L2, and the 4 x 6 tile (where there are 32 vector registers) loads 10 vectors per 24
-// multiply-adds against the panel's 8 per 16. The activations stay floats: widening them in the
-// tile too costs a conversion per token and chunk, which measured slower (performance.md, "Prefill's
-// weight tiles").
-template <int kR, int kT>
-HWY_INLINE void HalfTile(const hwy::float16_t* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x,
-                         size_t x_stride, int64_t cols, float* HWY_RESTRICT y, size_t y_stride) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t N = int64_t(hn::Lanes(df));
-  using V = hn::Vec<decltype(df)>;
-  V acc[kR][kT];
-  for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kT; ++t) acc[r][t] = hn::Zero(df);
-  }
-  for (int64_t c = 0; c < cols; c += N) {
-    V xv[kT];
-    for (int t = 0; t < kT; ++t) xv[t] = hn::LoadU(df, x + t * x_stride + c);
-    for (int r = 0; r < kR; ++r) {
-      const V wv = hn::PromoteTo(df, hn::LoadU(dh, w + r * w_stride + c));
-      for (int t = 0; t < kT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
-    }
-  }
-  for (int r = 0; r < kR; ++r) {
-    for (int t = 0; t < kT; ++t) y[t * y_stride + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
-  }
-}
-
-// 32 vector registers hold a 4 x 6 tile with its operands; 16 (AVX2) hold 4 x 3.
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-constexpr int kHalfTileTokens = 6;
-#else
-constexpr int kHalfTileTokens = 3;
-#endif
-
-template <int kT>
-HWY_INLINE void HalfRowsTimesTokens(const hwy::float16_t* w, size_t w_stride, int n_rows, int64_t cols,
-                                    const float* x, float* y, int64_t y_stride) {
+// n_rows rows times kT tokens (x rows cols apart): tiles of 4 rows, then one of the rest.
+template <int kT, typename WT>
+HWY_INLINE void RowsTimesTokens(const WT* w, size_t w_stride, int n_rows, int64_t cols, const float* x, float* y,
+                                int64_t y_stride) {
+  const size_t xs = size_t(cols), ys = size_t(y_stride);
   int r = 0;
-  for (; r + 4 <= n_rows; r += 4) HalfTile<4, kT>(w + r * w_stride, w_stride, x, size_t(cols), cols, y + r, size_t(y_stride));
+  for (; r + 4 <= n_rows; r += 4) Tile<4, kT>(w + r * w_stride, w_stride, x, xs, cols, y + r, ys);
   switch (n_rows - r) {
-    case 3: HalfTile<3, kT>(w + r * w_stride, w_stride, x, size_t(cols), cols, y + r, size_t(y_stride)); break;
-    case 2: HalfTile<2, kT>(w + r * w_stride, w_stride, x, size_t(cols), cols, y + r, size_t(y_stride)); break;
-    case 1: HalfTile<1, kT>(w + r * w_stride, w_stride, x, size_t(cols), cols, y + r, size_t(y_stride)); break;
+    case 3: Tile<3, kT>(w + r * w_stride, w_stride, x, xs, cols, y + r, ys); break;
+    case 2: Tile<2, kT>(w + r * w_stride, w_stride, x, xs, cols, y + r, ys); break;
+    case 1: Tile<1, kT>(w + r * w_stride, w_stride, x, xs, cols, y + r, ys); break;
     default: break;
   }
 }
 
 // The last n_left (at most kT) tokens as one tile's width.
-template <int kT>
-HWY_INLINE void HalfRowsTimesLastTokens(int n_left, const hwy::float16_t* w, size_t w_stride, int n_rows, int64_t cols,
-                                        const float* x, float* y, int64_t y_stride) {
+template <int kT, typename WT>
+HWY_INLINE void RowsTimesLastTokens(int n_left, const WT* w, size_t w_stride, int n_rows, int64_t cols, const float* x,
+                                    float* y, int64_t y_stride) {
   if constexpr (kT >= 1) {
-    if (n_left == kT) return HalfRowsTimesTokens<kT>(w, w_stride, n_rows, cols, x, y, y_stride);
-    HalfRowsTimesLastTokens<kT - 1>(n_left, w, w_stride, n_rows, cols, x, y, y_stride);
+    if (n_left == kT) return RowsTimesTokens<kT>(w, w_stride, n_rows, cols, x, y, y_stride);
+    RowsTimesLastTokens<kT - 1>(n_left, w, w_stride, n_rows, cols, x, y, y_stride);
   }
 }
 
-// n_rows F16 rows (w_stride elements apart; cols a multiple of 32) times n_tok activation rows
-// rounded to fp16; y row-major [tok][y_stride]. The rows stay in L2 while each group of tokens passes.
+// n_rows rows (w_stride elements apart) times n_tok activation rows; y row-major [tok][y_stride].
+// The rows stay in L1/L2 while each group of kT tokens passes.
+template <int kT, typename WT>
+HWY_INLINE void RowsTimesAllTokens(const WT* w, size_t w_stride, int n_rows, int64_t cols, const float* x,
+                                   int64_t n_tok, float* y, int64_t y_stride) {
+  int64_t t = 0;
+  for (; t + kT <= n_tok; t += kT) RowsTimesTokens<kT>(w, w_stride, n_rows, cols, x + t * cols, y + t * y_stride, y_stride);
+  if (t < n_tok) RowsTimesLastTokens<kT - 1>(int(n_tok - t), w, w_stride, n_rows, cols, x + t * cols, y + t * y_stride, y_stride);
+}
+
+// A dequantized panel of n_rows rows (stride cols) times all tokens, in tiles of 4 x 4.
+void PanelTimesTokens(const float* panel, int n_rows, int64_t cols, const float* x, int64_t n_tok, float* y,
+                      int64_t y_stride) {
+  RowsTimesAllTokens<4>(panel, size_t(cols), n_rows, cols, x, n_tok, y, y_stride);
+}
+
+// F16 rows as stored (w_stride elements apart; cols a multiple of 32) times activations rounded
+// to fp16, in tiles of 4 rows x 6 tokens where there are 32 vector registers (10 loads per 24
+// multiply-adds, against the panel's 8 per 16) and 4 x 3 in AVX2's 16. The activations stay
+// floats: widening them in the tile too costs a conversion per token and chunk, which measured
+// slower (performance.md, "Prefill's weight tiles").
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kHalfTileTokens = 6;
+#else
+constexpr int kHalfTileTokens = 3;
+#endif
 void HalfRowsTimesAllTokens(const uint16_t* w16, size_t w_stride, int n_rows, int64_t cols, const float* x,
                             int64_t n_tok, float* y, int64_t y_stride) {
-  const auto* w = reinterpret_cast<const hwy::float16_t*>(w16);
-  constexpr int kT = kHalfTileTokens;
-  int64_t t = 0;
-  for (; t + kT <= n_tok; t += kT) HalfRowsTimesTokens<kT>(w, w_stride, n_rows, cols, x + t * cols, y + t * y_stride, y_stride);
-  if (t < n_tok) HalfRowsTimesLastTokens<kT - 1>(int(n_tok - t), w, w_stride, n_rows, cols, x + t * cols, y + t * y_stride, y_stride);
+  RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::float16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
+                                      y, y_stride);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -230,7 +198,7 @@ void quantized_item(const Weight& w, const QuantizedInput& in, int64_t n_tok, in
 
 // F16 weights meet the activations rounded to fp16, as llama.cpp's F16 products take them: decode
 // (up to 4 tokens) reads them as fp16, half the bytes beside each streamed row; more tokens go
-// through HalfTile with the same rounded values, and both sum a (row, token) pair the same way.
+// through Tile with the same rounded values, and both sum a (row, token) pair the same way.
 bool f16_rows(const Weight& w) { return GgmlType(w.type) == GgmlType::kF16 && w.cols % 32 == 0; }
 
 const uint16_t* half_input(const float* x, size_t len) {

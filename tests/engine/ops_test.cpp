@@ -8,10 +8,9 @@
 #include <limits>
 #include <vector>
 
-#include "hwy/highway.h"
-#include "hwy/targets.h"
 #include "src/core/rng.h"
 #include "src/engine/ops.h"
+#include "tests/each_target.h"
 
 namespace vq::engine {
 namespace {
@@ -32,21 +31,14 @@ TEST(GeluMul, EqualsTheScalarGeluOnEveryTarget) {
   for (size_t i = 0; i < gate.size(); ++i) want[i] = (std::isnan(gate[i]) ? 0.0f : gelu_ggml(gate[i])) * up[i];
   // Just below 10 the gate rounds to 10 in fp16: ggml's table entry there, about 10, not 0.
   EXPECT_EQ(gelu_ggml(std::nextafter(10.0f, 0.0f)), 10.0f);
-  int targets = 0;
-  const int64_t all = hwy::SupportedTargets() & HWY_TARGETS;
-  for (int64_t bits = all; bits != 0; bits &= bits - 1) {
-    hwy::SetSupportedTargetsForTest(bits & -bits);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    ++targets;
+  const int targets = for_each_supported_target([&] {
     std::vector<float> got(gate.size());
     gelu_mul(gate.data(), up.data(), int64_t(gate.size()), got.data());
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(0, std::memcmp(&got[i], &want[i], sizeof(float)))
-          << hwy::TargetName(bits & -bits) << ": gate " << gate[i] << " gives " << got[i] << ", want " << want[i];
+          << "gate " << gate[i] << " gives " << got[i] << ", want " << want[i];
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  });
   EXPECT_GE(targets, 1);
 }
 

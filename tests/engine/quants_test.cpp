@@ -5,12 +5,11 @@
 #include <cstring>
 #include <vector>
 
-#include "hwy/highway.h"
-#include "hwy/targets.h"
 #include "src/core/fp16.h"
 #include "src/core/rng.h"
 #include "src/engine/dequant.h"
 #include "src/engine/quants.h"
+#include "tests/each_target.h"
 #include "tests/engine/random_weights.h"
 
 namespace vq::engine {
@@ -100,10 +99,7 @@ TEST(Matmul, EqualsReferenceForEveryType) {
 // On every target this CPU runs: prefill's tiles (4 x 6 tokens with 32 vector registers, 4 x 3
 // with 16) and their remainders against decode's rows of up to 4 tokens.
 TEST(Matmul, FloatWeightsGiveATokenTheSameResultInAnyBatch) {
-  const int64_t all = hwy::SupportedTargets() & (HWY_TARGETS | HWY_AVX3_DL);
-  for (int64_t bits = all; bits != 0; bits &= bits - 1) {
-    hwy::SetSupportedTargetsForTest(bits & -bits);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  for_each_supported_target([] {
     for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
       const int64_t rows = 37, cols = 512;
       std::vector<uint8_t> data;
@@ -129,14 +125,12 @@ TEST(Matmul, FloatWeightsGiveATokenTheSameResultInAnyBatch) {
             const int64_t n = std::min(group, n_tok - t0);
             matmul(w, x.data() + t0 * cols, n, part.data() + t0 * rows);
           }
-          EXPECT_EQ(all_tok, part) << hwy::TargetName(bits & -bits) << " " << ggml_type_info(uint32_t(t))->name
-                                   << ", " << n_tok << " tokens in groups of " << group;
+          EXPECT_EQ(all_tok, part) << ggml_type_info(uint32_t(t))->name << ", " << n_tok << " tokens in groups of "
+                                   << group;
         }
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  });
 }
 
 TEST(Matmul, SameResultAtAnyThreadCount) {

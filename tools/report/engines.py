@@ -1,6 +1,7 @@
 """The report's "both engines" section: decode speed (and, where a run measured it, prefill speed) of
-`veloxquant bench` and llama.cpp's `llama-bench` on the same GGUF, the same threads and the same depth, run interleaved by bench/vs_llamacpp.py and
-saved by its --results flag as results/vs_llamacpp_*.json (one file per depth or per model).
+`veloxquant bench` and llama.cpp's `llama-bench` on the same GGUF, the same threads and the same
+depth, run interleaved by bench/vs_llamacpp.py and saved by its --results flag as
+results/vs_llamacpp_*.json (one file per depth or per model).
 
 Each contender's figure is the median [min, max] over rounds of its process's own median; a ratio
 is taken within each round (ours / llama.cpp's run of that round), then its median [min, max] over
