@@ -148,7 +148,34 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type) {
   return nullptr;
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
+namespace {
+
+// The file's bytes in private memory: a mapping of its own (page-aligned, unmapped like a file's),
+// filled by reads and then made read-only.
+const uint8_t* read_whole_file(int fd, size_t size, const std::string& path) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    throw_error(ErrorKind::kUsage, fmt::format("{}: cannot allocate {} bytes to read it into: {}", path, size,
+                                               std::strerror(errno)));
+  }
+  auto* bytes = static_cast<uint8_t*>(p);
+  for (size_t done = 0; done < size;) {
+    const ssize_t got = pread(fd, bytes + done, size - done, off_t(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const std::string why = got < 0 ? std::strerror(errno) : "the file ended early (changed while reading?)";
+      munmap(p, size);
+      throw_error(ErrorKind::kUsage, fmt::format("{}: cannot read: {}", path, why));
+    }
+    done += size_t(got);
+  }
+  mprotect(p, size, PROT_READ);
+  return bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, GgufLoad how) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -158,10 +185,14 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     throw_error(ErrorKind::kUsage, fmt::format("{}: not a regular file", path));
   }
   f->size_ = size_t(st.st_size);
-  if (f->size_ > 0) {
+  if (f->size_ > 0 && how == GgufLoad::kRead) {
+    f->base_ = read_whole_file(f->fd_, f->size_, path);
+    f->mapped_ = true;
+  } else if (f->size_ > 0) {
     void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, f->fd_, 0);
     if (p == MAP_FAILED) throw_error(ErrorKind::kData, fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
     f->base_ = static_cast<const uint8_t*>(p);
+    f->mapped_ = true;
   }
   f->parse();
   return f;
@@ -178,7 +209,7 @@ std::unique_ptr<GgufFile> GgufFile::from_memory(std::vector<uint8_t> bytes, cons
 }
 
 GgufFile::~GgufFile() {
-  if (base_ && fd_ >= 0) munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) munmap(const_cast<uint8_t*>(base_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -60,11 +60,18 @@ struct GgufTensor {
   const uint8_t* data = nullptr;
 };
 
+// How GgufFile::open brings a file's bytes in. kMap maps the file: nothing is read until used, and
+// processes share the page cache. kRead copies it into the process's own memory first, as
+// llama.cpp does with `--no-mmap` and with every tensor it repacks: on the machines measured,
+// weights streamed from private memory decode faster than the same bytes mapped from the page
+// cache (docs/performance.md, "Where the weights live").
+enum class GgufLoad { kMap, kRead };
+
 class GgufFile {
  public:
-  // Maps and validates the file. Throws vq::Error (kData) for a malformed file, (kUsage) for one
-  // that cannot be opened.
-  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Maps (or reads) and validates the file. Throws vq::Error (kData) for a malformed file, (kUsage)
+  // for one that cannot be opened or read.
+  static std::unique_ptr<GgufFile> open(const std::string& path, GgufLoad how = GgufLoad::kMap);
   // The same checks over bytes already in memory (fuzzing, tests); `name` stands for the path.
   static std::unique_ptr<GgufFile> from_memory(std::vector<uint8_t> bytes, const std::string& name);
   ~GgufFile();
@@ -102,6 +109,7 @@ class GgufFile {
 
   std::string path_;
   int fd_ = -1;
+  bool mapped_ = false;         // base_ is a mapping of size_ bytes (of the file, or private memory)
   std::vector<uint8_t> owned_;  // from_memory: the bytes (base_ points into them)
   mutable std::optional<uint32_t> crc_;
   const uint8_t* base_ = nullptr;

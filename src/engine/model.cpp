@@ -11,7 +11,7 @@
 
 namespace vq::engine {
 
-std::unique_ptr<Model> Model::load(const std::string& path) { return load(GgufFile::open(path)); }
+std::unique_ptr<Model> Model::load(const std::string& path, GgufLoad how) { return load(GgufFile::open(path, how)); }
 
 std::unique_ptr<Model> Model::load(std::unique_ptr<GgufFile> f) {
   const std::string arch = f->get_string("general.architecture");

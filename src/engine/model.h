@@ -23,8 +23,9 @@ namespace vq::engine {
 class Model {
  public:
   // Refuses (one line naming the file) an architecture the engine does not run, listing those it
-  // does, and any missing or malformed tensor.
-  static std::unique_ptr<Model> load(const std::string& path);
+  // does, and any missing or malformed tensor. The weights are read into memory unless `how` asks
+  // for the file to be mapped (see GgufLoad).
+  static std::unique_ptr<Model> load(const std::string& path, GgufLoad how = GgufLoad::kRead);
   static std::unique_ptr<Model> load(std::unique_ptr<GgufFile> file);
   virtual ~Model() = default;
 

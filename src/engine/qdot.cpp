@@ -82,6 +82,12 @@ HWY_INLINE void Prefetch(const Block* p) {
 
 HWY_INLINE float H2F(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
+// The byte shuffle that puts byte j of each 64-bit word, zero-extended, into every 16-bit lane.
+HWY_INLINE I ByteToWords(int j) {
+  const int64_t w = int64_t(0x8000800080008000ull | uint64_t(j) * 0x0001000100010001ull);
+  return _mm256_set1_epi64x(w);
+}
+
 // Q4_K (kHigh false) and Q5_K against kTok Q8_K activation rows.
 template <typename Block, bool kHigh, int kTok>
 void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out, int64_t out_stride) {
@@ -96,9 +102,9 @@ void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out
     const uint32_t sc_lo = a[0] & 0x3f3f3f3f, m_lo = a[1] & 0x3f3f3f3f;
     const uint32_t sc_hi = (a[2] & 0x0f0f0f0f) | (((a[0] >> 6) & 0x03030303) << 4);
     const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0f) | (((a[1] >> 6) & 0x03030303) << 4);
-    alignas(16) int16_t sc[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(sc),
-                    _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32))));
+    // The eight scales as bytes in every 64-bit word; ScaleOf(j) spreads byte j to all 16-bit
+    // lanes with one byte shuffle (a scalar extract and broadcast per scale cost twice the work).
+    const I sc8 = _mm256_set1_epi64x(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32));
     const __m128i m8 = _mm_cvtsi64_si128(int64_t(uint64_t(m_lo) | uint64_t(m_hi) << 32));
     const I mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m_l at 16-bit lanes 2l, 2l+1
     // Two sums per token (low and high nibbles) halve the chain of dependent multiply-adds; the
@@ -116,7 +122,7 @@ void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), one), 4));
         hbits = _mm256_srli_epi16(hbits, 2);
       }
-      const I s_lo = _mm256_set1_epi16(sc[2 * k]), s_hi = _mm256_set1_epi16(sc[2 * k + 1]);
+      const I s_lo = _mm256_shuffle_epi8(sc8, ByteToWords(2 * k)), s_hi = _mm256_shuffle_epi8(sc8, ByteToWords(2 * k + 1));
       for (int t = 0; t < kTok; ++t) {
         isum[t] = AddPairProducts(isum[t], _mm256_maddubs_epi16(lo, Load(y[t][b].qs + 64 * k)), s_lo);
         isum_hi[t] = AddPairProducts(isum_hi[t], _mm256_maddubs_epi16(hi, Load(y[t][b].qs + 64 * k + 32)), s_hi);
@@ -138,16 +144,18 @@ void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out
 template <int kTok>
 void DotQ6K(const BlockQ6_K* w, int64_t nb, const BlockQ8_KAct* const* y, float* out, int64_t out_stride) {
   const I low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
-  // Picks 16-bit word 0 of each 32-bit lane into the low 128 bits and word 1 into the high ones.
-  const I pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                  2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  // pick[j] spreads 16-bit word 2j of a 128-bit half to the low 128 bits and word 2j + 1 to the
+  // high ones: the scales of the two groups of 16 that a 32-byte vector spans.
+  I pick[4];
+  for (int j = 0; j < 4; ++j) {
+    pick[j] = _mm256_set_m128i(_mm_set1_epi16(int16_t((4 * j + 2) | (4 * j + 3) << 8)),
+                               _mm_set1_epi16(int16_t((4 * j) | (4 * j + 1) << 8)));
+  }
   __m256 acc[kTok];
   for (int t = 0; t < kTok; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if constexpr (kTok <= 2) Prefetch(w + b);
-    alignas(32) int16_t sc[16];
     const I sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sc), sc16);
     I isum[2][kTok];  // one chain per half: the integer result is the same, the chains half as long
     for (int t = 0; t < kTok; ++t) isum[0][t] = isum[1][t] = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
@@ -159,10 +167,10 @@ void DotQ6K(const BlockQ6_K* w, int64_t nb, const BlockQ8_KAct* const* y, float*
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      // This half's eight scales in both 128-bit halves, so that one byte shuffle places a pair.
+      const I sc_half = half == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00) : _mm256_permute2x128_si256(sc16, sc16, 0x11);
       for (int j = 0; j < 4; ++j) {
-        int32_t pair;
-        std::memcpy(&pair, sc + 8 * half + 2 * j, 4);
-        const I s = _mm256_shuffle_epi8(_mm256_set1_epi32(pair), pick);
+        const I s = _mm256_shuffle_epi8(sc_half, pick[j]);
         for (int t = 0; t < kTok; ++t) {
           isum[half][t] = AddPairProducts(isum[half][t], _mm256_maddubs_epi16(q[j], Load(y[t][b].qs + 128 * half + 32 * j)), s);
         }

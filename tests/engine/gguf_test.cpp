@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -50,6 +51,37 @@ TEST(Gguf, ReadsValidFile) {
   EXPECT_EQ(f->tensor("a").data[31], 1);
   EXPECT_THROW(f->tensor("missing"), Error);
   EXPECT_THROW(f->get_int("general.architecture"), Error);
+}
+
+// Reading the file into memory (GgufLoad::kRead) gives what mapping it gives, byte for byte, and
+// refuses the same damaged files.
+TEST(Gguf, ReadIntoMemoryEqualsMapped) {
+  const std::string p = tmp_path("read.gguf");
+  const auto bytes = valid_file();
+  GgufWriter::save(p, bytes);
+  const auto mapped = GgufFile::open(p, GgufLoad::kMap);
+  const auto read = GgufFile::open(p, GgufLoad::kRead);
+  EXPECT_EQ(read->file_size(), bytes.size());
+  EXPECT_EQ(read->content_crc32(), mapped->content_crc32());
+  EXPECT_EQ(read->metadata().size(), mapped->metadata().size());
+  ASSERT_EQ(read->tensors().size(), mapped->tensors().size());
+  for (size_t i = 0; i < read->tensors().size(); ++i) {
+    const GgufTensor &a = read->tensors()[i], &b = mapped->tensors()[i];
+    EXPECT_EQ(a.name, b.name);
+    ASSERT_EQ(a.n_bytes, b.n_bytes);
+    EXPECT_NE(a.data, b.data);  // its own copy
+    EXPECT_EQ(0, std::memcmp(a.data, b.data, a.n_bytes)) << a.name;
+  }
+  for (size_t n : {size_t(0), size_t(7), bytes.size() / 2, bytes.size() - 1}) {
+    const std::string cut = tmp_path("read-cut.gguf");
+    GgufWriter::save(cut, std::vector<uint8_t>(bytes.begin(), bytes.begin() + std::ptrdiff_t(n)));
+    try {
+      GgufFile::open(cut, GgufLoad::kRead);
+      ADD_FAILURE() << "a file cut to " << n << " bytes was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kData) << e.what();
+    }
+  }
 }
 
 void expect_rejected(const std::vector<uint8_t>& bytes, const std::string& name) {

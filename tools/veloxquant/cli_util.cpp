@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <CLI/CLI.hpp>
+
 #include "src/engine/model.h"
 #include "src/engine/session.h"
 #include "veloxquant/error.h"
@@ -47,6 +49,13 @@ Stats stats_of(std::vector<double> v) {
   s.min = v.front();
   s.max = v.back();
   return s;
+}
+
+void add_model_options(CLI::App* cmd, std::string* model, bool* mmap) {
+  cmd->add_option("-m,--model", *model, "GGUF model file")->required();
+  cmd->add_flag("--mmap", *mmap,
+                "Map the model file instead of reading it into memory: starts sooner and shares the page cache, "
+                "decodes slower (llama.cpp's --mmap)");
 }
 
 void print_table(const std::vector<std::vector<std::string>>& rows) {

@@ -6,6 +6,9 @@
 
 #include "src/engine/chat_template.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
 namespace vq::engine {
 class Model;
 }  // namespace vq::engine
@@ -30,6 +33,10 @@ size_t kv_budget_bytes(const std::string& option);
 // --chat-template NAME, else the model file's template. Refuses (one line) a file whose template
 // is none of llama.cpp's, or one not formatted here.
 engine::ChatTemplate chat_template_for(const engine::Model& model, const std::string& name);
+
+// -m/--model (required) and --mmap, for the commands that load a model: the weights are read into
+// memory unless --mmap asks for the file to be mapped (engine::GgufLoad).
+void add_model_options(CLI::App* cmd, std::string* model, bool* mmap);
 
 // Prints rows as an aligned text table; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);

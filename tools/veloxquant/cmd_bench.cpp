@@ -44,13 +44,14 @@ Runner add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Prefill and decode speed, KV bytes and peak RSS per KV method");
   struct Opts {
     std::string model, text, simd = "best";
+    bool mmap = false;
     std::vector<std::string> kv, calib;
     std::vector<int64_t> depths = {0};
     int prompt = 512, n_decode = 64, reps = 3, threads = 2;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("--kv", o->kv, "KV-cache method spec (repeatable; default fp16)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt tokens for the prefill figure")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("-n,--n-decode", o->n_decode, "Decode steps per decode figure")->check(CLI::Range(1, 1 << 20));
@@ -70,7 +71,7 @@ Runner add_bench_command(CLI::App& app) {
   return [o]() {
     limit_simd_target(o->simd);
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     const auto& cfg = model->config();
     int64_t max_depth = 0;
     for (int64_t d : o->depths) max_depth = std::max(max_depth, d);

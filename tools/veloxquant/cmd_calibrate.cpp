@@ -16,6 +16,7 @@
 #include "src/eval/rate_probe.h"
 #include "src/kv/methods/ratequant/ratequant.h"
 #include "tools/veloxquant/calibration_args.h"
+#include "tools/veloxquant/cli_util.h"
 #include "tools/veloxquant/commands.h"
 #include "veloxquant/error.h"
 #include "veloxquant/kv/calibration.h"
@@ -26,6 +27,7 @@ Runner add_calibrate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("calibrate", "Learn a method's calibration (e.g. KVQuant's datatypes) from a model on text");
   struct Opts {
     std::string model, file, kv, out, part = "first-half";
+    bool mmap = false;
     // 1024 probe tokens: with fewer, a base's fp16 window (KIVI keeps 128) covers much of each probe
     // chunk, and the probe under-weights the compressed part (a 256-token probe lost to uniform
     // widths on Gemma 3 270M, a 1024-token one won: docs/cache.md).
@@ -33,7 +35,7 @@ Runner add_calibrate_command(CLI::App& app) {
     int chunks = 8, threads = 2;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("-f,--file", o->file, "Calibration text")->required();
   cmd->add_option("--kv", o->kv, "Method spec to calibrate (e.g. kvquant:bits=3)")->required();
   cmd->add_option("-o,--output", o->out, "Calibration file to write")->required();
@@ -53,7 +55,7 @@ Runner add_calibrate_command(CLI::App& app) {
     // The output is checked before the model runs: a bad path would otherwise cost the whole run.
     check_checked_file_writable(o->out);
     const kv::Method method = kv::parse_method(o->kv);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const auto& tok = model->tokenizer();

@@ -37,6 +37,7 @@ Runner add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with a model on stdin/stdout (one user message per line)");
   struct Opts {
     std::string model, kv = "fp16", system, chat_template;
+    bool mmap = false;
     std::string kv_budget, save_cache, load_cache;
     std::vector<std::string> calib;
     int n_predict = 512, threads = 2, ubatch = 512;
@@ -45,7 +46,7 @@ Runner add_chat_command(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   o->sp.temperature = 0.0f;
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
   cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("--system", o->system, "System message before the first user message (Gemma's template puts it in that message)");
@@ -69,7 +70,7 @@ Runner add_chat_command(CLI::App& app) {
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     const engine::ChatTemplate tmpl = chat_template_for(*model, o->chat_template);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));

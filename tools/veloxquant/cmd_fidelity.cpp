@@ -25,13 +25,14 @@ Runner add_fidelity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("fidelity", "Per-layer error of each method on the model's real Q/K/V");
   struct Opts {
     std::string model, file;
+    bool mmap = false;
     std::vector<std::string> kv, calib;
     int64_t tokens = 1024;
     int queries = 32, threads = 2, seeds = 1;
     bool json = false, per_layer = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("-f,--file", o->file, "Text to run (its first --tokens tokens)")->required();
   cmd->add_option("--kv", o->kv, "Method spec (repeatable); default: q8 q4 q4:rot=1 kivi");
   cmd->add_option("--tokens", o->tokens, "Tokens of the text to run")->check(CLI::Range(int64_t(2), int64_t(1) << 20));
@@ -50,7 +51,7 @@ Runner add_fidelity_command(CLI::App& app) {
   return [o]() {
     set_num_threads(o->threads);
     if (o->kv.empty()) o->kv = {"q8", "q4", "q4:rot=1", "kivi"};
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     std::ifstream in(o->file, std::ios::binary);
     VQ_CHECK(bool(in), fmt::format("{}: cannot open", o->file));
     std::stringstream ss;

@@ -21,6 +21,7 @@ Runner add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt");
   struct Opts {
     std::string model, prompt, kv = "fp16";
+    bool mmap = false;
     std::string kv_budget;
     int n_predict = 64, threads = 2, ubatch = 512;
     int64_t ctx = 4096;
@@ -30,7 +31,7 @@ Runner add_generate_command(CLI::App& app) {
     std::vector<std::string> calib;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text (with --load-cache: text fed after the saved context)");
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv", o->kv, "KV-cache method spec (see `veloxquant methods`)");
@@ -58,7 +59,7 @@ Runner add_generate_command(CLI::App& app) {
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
     const auto& saved = saved_session.file;
     const kv::Method method = method_for_model(saved_session.spec, o->calib, *model);

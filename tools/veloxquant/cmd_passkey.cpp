@@ -17,6 +17,7 @@ Runner add_passkey_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("passkey", "Passkey retrieval accuracy at several context lengths");
   struct Opts {
     std::string model, kv = "fp16";
+    bool mmap = false;
     std::string kv_budget;
     std::vector<std::string> calib;
     std::vector<int64_t> ctx = {1024, 4096};
@@ -25,7 +26,7 @@ Runner add_passkey_command(CLI::App& app) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("--kv", o->kv, "KV-cache method spec");
   cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
   cmd->add_option("--ctx", o->ctx, "Prompt lengths in tokens (comma separated)")->delimiter(',');
@@ -41,7 +42,7 @@ Runner add_passkey_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     const kv::Method method = method_for_model(o->kv, o->calib, *model);
     eval::PasskeyRun run;
     run.ctx = o->ctx;

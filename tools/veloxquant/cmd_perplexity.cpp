@@ -24,6 +24,7 @@ Runner add_perplexity_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("perplexity", "Perplexity over a text file, chunked as llama-perplexity");
   struct Opts {
     std::string model, file, part = "all";
+    bool mmap = false;
     std::vector<std::string> kv, calib;
     std::string kv_budget;
     int64_t ctx = 512;
@@ -31,7 +32,7 @@ Runner add_perplexity_command(CLI::App& app) {
     bool json = false, progress = true;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("-f,--file", o->file, "Text file")->required();
   cmd->add_option("--kv", o->kv, "KV-cache method spec (repeatable: one fp16 pass serves every method's KL; default fp16)");
   cmd->add_option("--kv-budget", o->kv_budget, "Largest KV cache allowed, e.g. 2G (0: no limit; default: 80% of available memory)");
@@ -52,7 +53,7 @@ Runner add_perplexity_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     // Every seed of every spec, in spec order; runs[i] are the indices of spec i's seeds in methods.
     std::vector<kv::Method> methods;
     std::vector<std::vector<eval::SeedVariant>> variants;

@@ -22,6 +22,7 @@ Runner add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)");
   struct Opts {
     std::string model, kv = "fp16", kv_budget, chat_template, max_body = "8M";
+    bool mmap = false;
     int64_t ctx = 4096;
     int threads = 2, parallel = 16, ubatch = 512, queue = 64, timeout = 30;
     bool no_prefix_cache = false;
@@ -29,7 +30,7 @@ Runner add_serve_command(CLI::App& app) {
     std::vector<std::string> calib;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
+  add_model_options(cmd, &o->model, &o->mmap);
   cmd->add_option("--kv", o->kv, "KV-cache method spec (see `veloxquant methods`)");
   cmd->add_option("--kv-budget", o->kv_budget,
                   "Bytes for all sequences' KV caches, e.g. 4G (0: no limit; default: 80% of available memory)");
@@ -54,7 +55,7 @@ Runner add_serve_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model);
+    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const kv::Method method = method_for_model(o->kv, o->calib, *model);
