@@ -3,7 +3,7 @@
 # ties make later steps depend on rounding (llama.cpp's own flash-attention on/off runs part ways
 # there), so the ids must agree up to the first step where llama.cpp's top-1/top-2 logit margin
 # falls below 0.1; the run also prints how far the agreement goes. The same run at 1 and 2 threads
-# must give the same ids.
+# must give the same ids, and so must the file mapped (--mmap) instead of read into memory.
 set -euo pipefail
 bin=$1 src=$2
 python3 - "$bin" "$src" <<'PY'
@@ -11,8 +11,8 @@ import json, subprocess, sys
 bin, src = sys.argv[1], sys.argv[2]
 golden = json.load(open(f"{src}/tests/golden/greedy.json"))
 model = f"{src}/models/gemma-3-270m-q4_k_m.gguf"
-def run(prompt, threads):
-    p = subprocess.run([bin, "generate", "-m", model, "-p", prompt, "-n", "64", "-t", str(threads), "--ids"],
+def run(prompt, threads, *extra):
+    p = subprocess.run([bin, "generate", "-m", model, "-p", prompt, "-n", "64", "-t", str(threads), "--ids", *extra],
                        capture_output=True, text=True, check=True)
     line = [l for l in p.stderr.splitlines() if l.startswith("ids:")][0]
     return [int(x) for x in line.split()[1:]]
@@ -30,5 +30,8 @@ for case in golden["prompts"]:
     if run(case["prompt"], 1) != got:
         ok = False
         print("  FAIL: 1 and 2 threads differ")
+    if run(case["prompt"], 2, "--mmap") != got:
+        ok = False
+        print("  FAIL: the mapped file gives other ids")
 sys.exit(0 if ok else 1)
 PY
