@@ -109,7 +109,8 @@ class GgufFile {
 
   std::string path_;
   int fd_ = -1;
-  bool mapped_ = false;         // base_ is a mapping of size_ bytes (of the file, or private memory)
+  void* map_ = nullptr;         // the mapping base_ lies in (of the file, or private memory), if any
+  size_t map_len_ = 0;
   std::vector<uint8_t> owned_;  // from_memory: the bytes (base_ points into them)
   mutable std::optional<uint32_t> crc_;
   const uint8_t* base_ = nullptr;
