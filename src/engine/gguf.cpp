@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/core/meminfo.h"
 #include "veloxquant/error.h"
 
 namespace vq::engine {
@@ -193,6 +194,10 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, GgufLoad how) 
     throw_error(ErrorKind::kUsage, fmt::format("{}: not a regular file", path));
   }
   f->size_ = size_t(st.st_size);
+  // A file larger than the memory the system can give is mapped anyway (and pages in from disk
+  // as it is used) rather than read until the system runs out.
+  const size_t available = mem_available_bytes();
+  if (how == GgufLoad::kRead && available != 0 && f->size_ > available) how = GgufLoad::kMap;
   if (f->size_ > 0 && how == GgufLoad::kRead) {
     f->base_ = read_whole_file(f->fd_, f->size_, path, &f->map_, &f->map_len_);
   } else if (f->size_ > 0) {

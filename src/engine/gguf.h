@@ -64,7 +64,8 @@ struct GgufTensor {
 // processes share the page cache. kRead copies it into the process's own memory first, as
 // llama.cpp does with `--no-mmap` and with every tensor it repacks: on the machines measured,
 // weights streamed from private memory decode faster than the same bytes mapped from the page
-// cache (docs/performance.md, "Where the weights live").
+// cache (docs/performance.md, "Where the weights live"). A file larger than the memory the system
+// reports available (MemAvailable) is mapped even when kRead is asked for.
 enum class GgufLoad { kMap, kRead };
 
 class GgufFile {

@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <string>
 
 #include "src/core/byte_io.h"
+#include "src/core/meminfo.h"
 #include "src/kv/cache_io.h"
 #include "veloxquant/error.h"
 
@@ -29,16 +29,7 @@ kv::KvCache budgeted_cache(const Model& model, const kv::Method& method, int64_t
 
 }  // namespace
 
-size_t default_kv_budget() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024 / 10 * 8;
-  }
-  return 0;  // unknown: no limit
-}
+size_t default_kv_budget() { return mem_available_bytes() / 10 * 8; }  // 0 (no limit) where unknown
 
 Session::Session(const Model& model, const kv::Method& method, int64_t n_ctx, int ubatch, size_t kv_budget)
     : model_(model), cache_(budgeted_cache(model, method, n_ctx, ubatch, kv_budget)), n_ctx_(n_ctx), ubatch_(ubatch) {
