@@ -1,5 +1,5 @@
 // Float-product matmul for many tokens: items of 16 weight rows (boundaries fixed by the shape).
-// F16 rows are read as stored by tiles of 4 rows x 6 tokens; the other float-product types are
+// F16 and BF16 rows are read as stored by tiles of 4 rows x 6 tokens; the other float-product types are
 // dequantized once into a thread-local panel, then 4 rows x 4 tokens tiles (Tile, either way).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/engine/matmul.cpp"
@@ -26,9 +26,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // over the row's chunks in order, then the sum of its lanes (and, for float rows whose length is
 // no multiple of the vector, the rest in scalar order). That is the arithmetic of DotHalfT
 // (dequant.cpp), which decode runs on the same values, so a token's product does not depend on
-// how many tokens share the matmul or on the tile's shape. WT is float (a dequantized panel) or
-// hwy::float16_t (F16 rows as stored, widened in registers: half the bytes through L2 of a
-// panel; their length is a multiple of 32, so they have no rest).
+// how many tokens share the matmul or on the tile's shape. WT is float (a dequantized panel), or
+// hwy::float16_t or hwy::bfloat16_t (F16 or BF16 rows as stored, widened in registers: half the
+// bytes through L2 of a panel; their length is a multiple of 32, so they have no rest).
 template <int kR, int kT, typename WT>
 HWY_INLINE void Tile(const WT* HWY_RESTRICT w, size_t w_stride, const float* HWY_RESTRICT x, size_t x_stride,
                      int64_t cols, float* HWY_RESTRICT y, size_t y_stride) {
@@ -36,9 +36,13 @@ HWY_INLINE void Tile(const WT* HWY_RESTRICT w, size_t w_stride, const float* HWY
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const int64_t N = int64_t(hn::Lanes(df));
   using V = hn::Vec<decltype(df)>;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const hn::RebindToUnsigned<decltype(df)> du;
   auto load_w = [&](const WT* p) HWY_ATTR {
     if constexpr (std::is_same_v<WT, float>) {
       return hn::LoadU(df, p);
+    } else if constexpr (std::is_same_v<WT, hwy::bfloat16_t>) {  // the top half of a float
+      return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)))));
     } else {
       return hn::PromoteTo(df, hn::LoadU(dh, p));
     }
@@ -124,6 +128,14 @@ void HalfRowsTimesAllTokens(const uint16_t* w16, size_t w_stride, int n_rows, in
                                       y, y_stride);
 }
 
+// BF16 rows as stored (cols a multiple of 32) times float activations, in the F16 rows' tiles:
+// the products of the dequantized panel, without writing it.
+void BF16RowsTimesAllTokens(const uint16_t* w16, size_t w_stride, int n_rows, int64_t cols, const float* x,
+                            int64_t n_tok, float* y, int64_t y_stride) {
+  RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::bfloat16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
+                                      y, y_stride);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::engine
 HWY_AFTER_NAMESPACE();
@@ -132,6 +144,7 @@ HWY_AFTER_NAMESPACE();
 namespace vq::engine {
 HWY_EXPORT(PanelTimesTokens);
 HWY_EXPORT(HalfRowsTimesAllTokens);
+HWY_EXPORT(BF16RowsTimesAllTokens);
 
 namespace {
 constexpr int kPanelRows = 16;
@@ -284,6 +297,15 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
       const int n = int(std::min(kItemRows, w.rows - r0));
       HWY_DYNAMIC_DISPATCH(HalfRowsTimesAllTokens)(reinterpret_cast<const uint16_t*>(w.data + size_t(r0) * w.row_bytes),
                                                    size_t(w.cols), n, w.cols, xr, n_tok, y + r0, w.rows);
+    });
+    return;
+  }
+  if (GgmlType(w.type) == GgmlType::kBF16 && w.cols % 32 == 0) {
+    parallel_for(items_of(w), [&](int64_t item) {
+      const int64_t r0 = item * kItemRows;
+      const int n = int(std::min(kItemRows, w.rows - r0));
+      HWY_DYNAMIC_DISPATCH(BF16RowsTimesAllTokens)(reinterpret_cast<const uint16_t*>(w.data + size_t(r0) * w.row_bytes),
+                                                   size_t(w.cols), n, w.cols, x, n_tok, y + r0, w.rows);
     });
     return;
   }
