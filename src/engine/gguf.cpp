@@ -152,9 +152,8 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type) {
 namespace {
 
 // The file's bytes in private memory: an anonymous mapping of its own, aligned to 2 MiB and
-// marked for transparent huge pages (fewer TLB misses while decode streams the weights: the
-// Q4_K tensors of the attention-shaped file 7% faster than in 4 KiB pages), filled by reads and
-// then made read-only.
+// marked for transparent huge pages (fewer TLB misses while decode streams the weights; figures in
+// performance.md, "Where the weights live"), filled by reads and then made read-only.
 constexpr size_t kHugePage = size_t(2) << 20;
 
 const uint8_t* read_whole_file(int fd, size_t size, const std::string& path, void** map, size_t* map_len) {

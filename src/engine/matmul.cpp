@@ -112,8 +112,8 @@ void PanelTimesTokens(const float* panel, int n_rows, int64_t cols, const float*
   RowsTimesAllTokens<4>(panel, size_t(cols), n_rows, cols, x, n_tok, y, y_stride);
 }
 
-// F16 rows as stored (w_stride elements apart; cols a multiple of 32) times activations rounded
-// to fp16, in tiles of 4 rows x 6 tokens where there are 32 vector registers (10 loads per 24
+// F16 or BF16 rows as stored (w_stride elements apart; cols a multiple of 32) times activations
+// (rounded to fp16 for F16 rows), in tiles of 4 rows x 6 tokens where there are 32 vector registers (10 loads per 24
 // multiply-adds, against the panel's 8 per 16) and 4 x 3 in AVX2's 16. The activations stay
 // floats: widening them in the tile too costs a conversion per token and chunk, which measured
 // slower (performance.md, "Prefill's weight tiles").
@@ -123,17 +123,14 @@ constexpr int kHalfTileTokens = 6;
 constexpr int kHalfTileTokens = 3;
 #endif
 void HalfRowsTimesAllTokens(const uint16_t* w16, size_t w_stride, int n_rows, int64_t cols, const float* x,
-                            int64_t n_tok, float* y, int64_t y_stride) {
-  RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::float16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
-                                      y, y_stride);
-}
-
-// BF16 rows as stored (cols a multiple of 32) times float activations, in the F16 rows' tiles:
-// the products of the dequantized panel, without writing it.
-void BF16RowsTimesAllTokens(const uint16_t* w16, size_t w_stride, int n_rows, int64_t cols, const float* x,
-                            int64_t n_tok, float* y, int64_t y_stride) {
-  RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::bfloat16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
-                                      y, y_stride);
+                            int64_t n_tok, float* y, int64_t y_stride, bool bf16) {
+  if (bf16) {
+    RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::bfloat16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
+                                        y, y_stride);
+  } else {
+    RowsTimesAllTokens<kHalfTileTokens>(reinterpret_cast<const hwy::float16_t*>(w16), w_stride, n_rows, cols, x, n_tok,
+                                        y, y_stride);
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -144,7 +141,6 @@ HWY_AFTER_NAMESPACE();
 namespace vq::engine {
 HWY_EXPORT(PanelTimesTokens);
 HWY_EXPORT(HalfRowsTimesAllTokens);
-HWY_EXPORT(BF16RowsTimesAllTokens);
 
 namespace {
 constexpr int kPanelRows = 16;
@@ -280,32 +276,28 @@ void matmul(const Weight& w, const float* x, int64_t n_tok, float* y) {
     });
     return;
   }
-  if (f16_rows(w)) {
-    // Rounded token by token on every thread (a serial pass over a prompt's activations left the
-    // other threads waiting for several percent of prefill).
-    thread_local AlignedVector<float> rounded;
-    rounded.resize(size_t(n_tok) * size_t(w.cols));
-    float* xr = rounded.data();
-    parallel_for(n_tok, [&](int64_t t) {
-      thread_local AlignedVector<uint16_t> row;  // each worker's own
-      row.resize(size_t(w.cols));
-      f32_to_f16(x + t * w.cols, row.data(), size_t(w.cols));
-      f16_to_f32(row.data(), xr + t * w.cols, size_t(w.cols));
-    });
+  const bool bf16 = GgmlType(w.type) == GgmlType::kBF16 && w.cols % 32 == 0;
+  if (f16_rows(w) || bf16) {
+    const float* xr = x;
+    if (!bf16) {  // F16 rows meet the activations rounded to fp16
+      // Rounded token by token on every thread (a serial pass over a prompt's activations left the
+      // other threads waiting for several percent of prefill).
+      thread_local AlignedVector<float> rounded;
+      rounded.resize(size_t(n_tok) * size_t(w.cols));
+      float* xh = rounded.data();
+      parallel_for(n_tok, [&](int64_t t) {
+        thread_local AlignedVector<uint16_t> row;  // each worker's own
+        row.resize(size_t(w.cols));
+        f32_to_f16(x + t * w.cols, row.data(), size_t(w.cols));
+        f16_to_f32(row.data(), xh + t * w.cols, size_t(w.cols));
+      });
+      xr = xh;
+    }
     parallel_for(items_of(w), [&](int64_t item) {
       const int64_t r0 = item * kItemRows;
       const int n = int(std::min(kItemRows, w.rows - r0));
       HWY_DYNAMIC_DISPATCH(HalfRowsTimesAllTokens)(reinterpret_cast<const uint16_t*>(w.data + size_t(r0) * w.row_bytes),
-                                                   size_t(w.cols), n, w.cols, xr, n_tok, y + r0, w.rows);
-    });
-    return;
-  }
-  if (GgmlType(w.type) == GgmlType::kBF16 && w.cols % 32 == 0) {
-    parallel_for(items_of(w), [&](int64_t item) {
-      const int64_t r0 = item * kItemRows;
-      const int n = int(std::min(kItemRows, w.rows - r0));
-      HWY_DYNAMIC_DISPATCH(BF16RowsTimesAllTokens)(reinterpret_cast<const uint16_t*>(w.data + size_t(r0) * w.row_bytes),
-                                                   size_t(w.cols), n, w.cols, x, n_tok, y + r0, w.rows);
+                                                   size_t(w.cols), n, w.cols, xr, n_tok, y + r0, w.rows, bf16);
     });
     return;
   }
