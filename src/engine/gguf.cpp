@@ -195,8 +195,10 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, GgufLoad how) 
   f->size_ = size_t(st.st_size);
   // A file larger than the memory the system can give is mapped anyway (and pages in from disk
   // as it is used) rather than read until the system runs out.
-  const size_t available = mem_available_bytes();
-  if (how == GgufLoad::kRead && available != 0 && f->size_ > available) how = GgufLoad::kMap;
+  if (how == GgufLoad::kRead) {
+    const size_t available = mem_available_bytes();
+    if (available != 0 && f->size_ > available) how = GgufLoad::kMap;
+  }
   if (f->size_ > 0 && how == GgufLoad::kRead) {
     f->base_ = read_whole_file(f->fd_, f->size_, path, &f->map_, &f->map_len_);
   } else if (f->size_ > 0) {

@@ -102,8 +102,8 @@ void DotK45(const Block* w, int64_t nb, const BlockQ8_KAct* const* y, float* out
     const uint32_t sc_lo = a[0] & 0x3f3f3f3f, m_lo = a[1] & 0x3f3f3f3f;
     const uint32_t sc_hi = (a[2] & 0x0f0f0f0f) | (((a[0] >> 6) & 0x03030303) << 4);
     const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0f) | (((a[1] >> 6) & 0x03030303) << 4);
-    // The eight scales as bytes in every 64-bit word; ScaleOf(j) spreads byte j to all 16-bit
-    // lanes with one byte shuffle (a scalar extract and broadcast per scale cost twice the work).
+    // The eight scales as bytes in every 64-bit word; a shuffle by ByteToWords(j) spreads scale j
+    // to all 16-bit lanes (a scalar extract and broadcast per scale cost twice the work).
     const I sc8 = _mm256_set1_epi64x(int64_t(uint64_t(sc_lo) | uint64_t(sc_hi) << 32));
     const __m128i m8 = _mm_cvtsi64_si128(int64_t(uint64_t(m_lo) | uint64_t(m_hi) << 32));
     const I mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // m_l at 16-bit lanes 2l, 2l+1

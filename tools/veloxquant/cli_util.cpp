@@ -58,6 +58,10 @@ void add_model_options(CLI::App* cmd, std::string* model, bool* mmap) {
                 "decodes slower (llama.cpp's --mmap)");
 }
 
+std::unique_ptr<engine::Model> load_model(const std::string& path, bool mmap) {
+  return engine::Model::load(path, mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+}
+
 void print_table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& r : rows) {

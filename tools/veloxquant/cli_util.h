@@ -1,6 +1,7 @@
 // Small helpers shared by the subcommands: timing statistics and table output.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ engine::ChatTemplate chat_template_for(const engine::Model& model, const std::st
 // -m/--model (required) and --mmap, for the commands that load a model: the weights are read into
 // memory unless --mmap asks for the file to be mapped (engine::GgufLoad).
 void add_model_options(CLI::App* cmd, std::string* model, bool* mmap);
+// The model those options name, loaded as they ask.
+std::unique_ptr<engine::Model> load_model(const std::string& path, bool mmap);
 
 // Prints rows as an aligned text table; the first row is the header.
 void print_table(const std::vector<std::vector<std::string>>& rows);

@@ -71,7 +71,7 @@ Runner add_bench_command(CLI::App& app) {
   return [o]() {
     limit_simd_target(o->simd);
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     const auto& cfg = model->config();
     int64_t max_depth = 0;
     for (int64_t d : o->depths) max_depth = std::max(max_depth, d);

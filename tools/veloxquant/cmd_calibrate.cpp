@@ -55,7 +55,7 @@ Runner add_calibrate_command(CLI::App& app) {
     // The output is checked before the model runs: a bad path would otherwise cost the whole run.
     check_checked_file_writable(o->out);
     const kv::Method method = kv::parse_method(o->kv);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const auto& tok = model->tokenizer();

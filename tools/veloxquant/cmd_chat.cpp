@@ -70,7 +70,7 @@ Runner add_chat_command(CLI::App& app) {
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     const engine::ChatTemplate tmpl = chat_template_for(*model, o->chat_template);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));

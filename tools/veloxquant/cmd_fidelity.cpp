@@ -51,7 +51,7 @@ Runner add_fidelity_command(CLI::App& app) {
   return [o]() {
     set_num_threads(o->threads);
     if (o->kv.empty()) o->kv = {"q8", "q4", "q4:rot=1", "kivi"};
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     std::ifstream in(o->file, std::ios::binary);
     VQ_CHECK(bool(in), fmt::format("{}: cannot open", o->file));
     std::stringstream ss;

@@ -59,7 +59,7 @@ Runner add_generate_command(CLI::App& app) {
   const auto kv_given = [cmd]() { return cmd->count("--kv") > 0; };
   return [o, kv_given]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     const SavedSession saved_session = open_saved_session(o->load_cache, o->kv, kv_given());
     const auto& saved = saved_session.file;
     const kv::Method method = method_for_model(saved_session.spec, o->calib, *model);

@@ -42,7 +42,7 @@ Runner add_passkey_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     const kv::Method method = method_for_model(o->kv, o->calib, *model);
     eval::PasskeyRun run;
     run.ctx = o->ctx;

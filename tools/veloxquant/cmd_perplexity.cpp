@@ -53,7 +53,7 @@ Runner add_perplexity_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     // Every seed of every spec, in spec order; runs[i] are the indices of spec i's seeds in methods.
     std::vector<kv::Method> methods;
     std::vector<std::vector<eval::SeedVariant>> variants;

@@ -55,7 +55,7 @@ Runner add_serve_command(CLI::App& app) {
   });
   return [o]() {
     set_num_threads(o->threads);
-    const auto model = engine::Model::load(o->model, o->mmap ? engine::GgufLoad::kMap : engine::GgufLoad::kRead);
+    const auto model = load_model(o->model, o->mmap);
     VQ_CHECK(o->ctx <= model->config().n_ctx_train,
              fmt::format("-c {} exceeds the model's context length {}", o->ctx, model->config().n_ctx_train));
     const kv::Method method = method_for_model(o->kv, o->calib, *model);
