@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,6 +118,57 @@ TEST(Method_kivi, EveryTargetMatchesReference) {
     check_lanes("kivi:kbits=3,vbits=3,residual=32", {64, 128}, 80);
   });
   EXPECT_GE(tried, 2);  // the best target and the scalar one
+}
+
+// Without VNNI the lane kernels add byte products in 16 bits and widen them every few chunks
+// (keys) or sub-blocks (values), at most as many as stay below 2^15 at the largest code and held
+// byte (kShortProductsOf). Codes at their largest in every channel of half the tokens, against
+// a held operand at its largest magnitude in every byte (q_c s_c and w s equal across the row),
+// put every short sum at its bound: each target must give the bits of the first (VNNI's 32-bit
+// sums, where it runs) and the exact sums. d = 256 is Gemma 3's head (eight widenings a key
+// sub-block at 2 bits), 256 tokens a whole value run.
+TEST(Method_kivi, ShortSumsHoldTheLargestCodesOnEveryTarget) {
+  for (int bits : {2, 3, 4}) {
+    const std::string b = std::to_string(bits);
+    const Method m = parse_method("kivi:kbits=" + b + ",vbits=" + b + ",residual=32");
+    for (int d : {128, 256}) {
+      SCOPED_TRACE(m.spec() + " d=" + std::to_string(d));
+      const int n = 256, n_q = 4;
+      std::vector<float> kx(size_t(n) * d), vx(size_t(n) * d);
+      for (int t = 0; t < n; ++t) {
+        for (int c = 0; c < d; ++c) {
+          kx[size_t(t) * d + c] = float(t % 2);  // each channel's group spans 0..1: codes 0 and the largest
+          vx[size_t(t) * d + c] = float(c % 2);  // each token's group likewise, across its channels
+        }
+      }
+      const auto kc = m.keys().key_codec(CodecContext{d, 0});
+      const auto vc = m.values().value_codec(CodecContext{d, 0});
+      const Encoded ke = encode_run(*kc, kx, 0), ve = encode_run(*vc, vx, 0);
+      ASSERT_EQ(ke.tokens, n);
+      ASSERT_EQ(ve.tokens, n);
+      const std::vector<float> q(size_t(n_q) * d, -1.0f), w(size_t(n_q) * n, 1.0f);
+      const auto states = prepare_queries(*kc, q, n_q);
+      scores_on_every_target(*kc, states, n_q, ke, 0, n, [&](const std::vector<float>& s) {
+        for (int r = 0; r < n_q; ++r) {
+          for (int t = 0; t < n; ++t) ASSERT_NEAR(s[size_t(r) * n + t], -float(d * (t % 2)), 1e-3 * d) << "t=" << t;
+        }
+      });
+      std::vector<float> first;
+      for_each_supported_target([&] {
+        std::vector<float> acc(size_t(n_q) * vc->accum_floats(), 0.0f), out(size_t(n_q) * d);
+        vc->accumulate(w.data(), size_t(n), n_q, ve.bytes.data(), 0, 0, n, acc.data());
+        vc->finalize(acc.data(), n_q, out.data());
+        for (int r = 0; r < n_q; ++r) {
+          for (int c = 0; c < d; ++c) ASSERT_NEAR(out[size_t(r) * d + c], float(n * (c % 2)), 1e-3 * n) << "c=" << c;
+        }
+        if (first.empty()) {
+          first = out;
+        } else {
+          EXPECT_EQ(std::memcmp(first.data(), out.data(), out.size() * 4), 0) << "bits differ from the first target";
+        }
+      });
+    }
+  }
 }
 
 TEST(Method_kivi, BitsPerElement) {

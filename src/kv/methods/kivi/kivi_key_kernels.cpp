@@ -66,24 +66,34 @@ HWY_INLINE void ScoreSubPass(const int8_t* HWY_RESTRICT qi, const float* unit, c
   const DU du;
   VI lo[kPass][kParts], hi[kPass][kParts];
   ZeroSums<kPass>(lo, hi);
-  if constexpr (kBits == 3) {
-    const uint32_t* high = words + size_t(d / 16) * kSub;
-    for (int ch = 0; ch < d / 16; ++ch) {
-      VU x2[kParts], x1[kParts];
-      for (int p = 0; p < kParts; ++p) {
-        x2[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
-        x1[p] = hn::LoadU(du, high + size_t(ch / 2) * kSub + p * kLanes);
+  WideSums<kPass> wide;
+  // Short sums are widened every kWiden chunks (each chunk is kFields products a sum).
+  constexpr int kFields = kBits == 3 ? 4 : 8 / kBits;
+  constexpr int kWiden = kShortPairSums ? kShortProductsOf<kBits> / kFields : 1 << 20;
+  const int chunks = d / ChunkChannels<kBits>();
+  for (int c0 = 0; c0 < chunks; c0 += kWiden) {
+    const int c1 = std::min(chunks, c0 + kWiden);
+    if constexpr (kBits == 3) {
+      const uint32_t* high = words + size_t(d / 16) * kSub;
+      for (int ch = c0; ch < c1; ++ch) {
+        VU x2[kParts], x1[kParts];
+        for (int p = 0; p < kParts; ++p) {
+          x2[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
+          x1[p] = hn::LoadU(du, high + size_t(ch / 2) * kSub + p * kLanes);
+        }
+        DotJoinedChunk<kPass, 16>(x2, x1, ch % 2, qi + QueryBytesAt<3, kRows>(ch, r0, 0), lo, hi);
       }
-      DotJoinedChunk<kPass, 16>(x2, x1, ch % 2, qi + QueryBytesAt<3, kRows>(ch, r0, 0), lo, hi);
+    } else {
+      for (int ch = c0; ch < c1; ++ch) {
+        VU x[kParts];
+        for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
+        ScoreChunk<kBits, kRows, kPass>(x, qi + QueryBytesAt<kBits, kRows>(ch, r0, 0), lo, hi,
+                                        std::make_index_sequence<8 / kBits>());
+      }
     }
-  } else {
-    for (int ch = 0; ch < d / (32 / kBits); ++ch) {
-      VU x[kParts];
-      for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + size_t(ch) * kSub + p * kLanes);
-      ScoreChunk<kBits, kRows, kPass>(x, qi + QueryBytesAt<kBits, kRows>(ch, r0, 0), lo, hi,
-                                      std::make_index_sequence<8 / kBits>());
-    }
+    if constexpr (kShortPairSums) WidenInto<kPass>(lo, hi, c0 > 0, &wide);
   }
+  if constexpr (kShortPairSums) LoadWide<kPass>(wide, lo, hi);
   for (int r = 0; r < kPass; ++r) {
     const VF a = hn::Set(df, unit[r0 + r]), b = hn::Set(df, bias[r0 + r]);
     for (int p = 0; p < kParts; ++p) {
@@ -136,11 +146,15 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
     inv[r] = hn::Set(dc, mx > 0.0f ? kFixedOne / mx : 0.0f);
   }
   const hn::Rebind<int8_t, decltype(dc)> d8;
-  for (int c = 0; c < d; c += N) {
-    for (int r = 0; r < kRows; ++r) {
-      // |T| <= 32512 up to the rounding of the products: hi and lo are in -128..127.
-      const auto T = RoundToInt(hn::Mul(hn::LoadU(dc, prod + size_t(r) * d + c), inv[r]));
-      StorePlanes<C>(d8, T, qi + QueryBytesAt<kBits, kRows>(c / C, r, 0) + c % C);
+  // |T| <= 32512 up to the rounding of the products: hi and lo are in -128..127.
+  const auto T = [&](int r, int c) HWY_ATTR { return RoundToInt(hn::Mul(hn::LoadU(dc, prod + size_t(r) * d + c), inv[r])); };
+  if (2 * N == C) {  // a chunk is two vectors (AVX2 at 2 and 3 bits)
+    for (int c = 0; c < d; c += C) {
+      for (int r = 0; r < kRows; ++r) StorePlanesOfTwo<C>(d8, T(r, c), T(r, c + N), qi + QueryBytesAt<kBits, kRows>(c / C, r, 0));
+    }
+  } else {
+    for (int c = 0; c < d; c += N) {
+      for (int r = 0; r < kRows; ++r) StorePlanes<C>(d8, T(r, c), qi + QueryBytesAt<kBits, kRows>(c / C, r, 0) + c % C);
     }
   }
 }

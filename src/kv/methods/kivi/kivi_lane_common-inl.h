@@ -49,6 +49,8 @@ HWY_INLINE void ZeroSums(VI (*lo)[kParts], VI (*hi)[kParts]) {
 
 // Four codes per lane (u's bytes) times four signed bytes of each plane, added to kPass rows'
 // plane sums: row r's lo word is at base + 2 r kStride + at, its hi word kStride bytes after it.
+// The sums are short (16-bit pair sums, byte_dot-inl.h) where kShortPairSums: the caller widens
+// them (WidenInto) before kShortProductsOf products have gone into them.
 template <int kPass, int kStride>
 HWY_INLINE void DotCodes(const VI* u, const int8_t* HWY_RESTRICT base, int at, VI (*lo)[kParts], VI (*hi)[kParts]) {
   const DI di;
@@ -56,8 +58,53 @@ HWY_INLINE void DotCodes(const VI* u, const int8_t* HWY_RESTRICT base, int at, V
     const AliasedI32* wl = reinterpret_cast<const AliasedI32*>(base + 2 * r * kStride + at);
     const AliasedI32* wh = reinterpret_cast<const AliasedI32*>(base + (2 * r + 1) * kStride + at);
     for (int p = 0; p < kParts; ++p) {
-      lo[r][p] = DotBytesWord(di, lo[r][p], u[p], wl);
-      hi[r][p] = DotBytesWord(di, hi[r][p], u[p], wh);
+      lo[r][p] = DotBytesShortWord(di, lo[r][p], u[p], wl);
+      hi[r][p] = DotBytesShortWord(di, hi[r][p], u[p], wh);
+    }
+  }
+}
+
+// How many DotCodes products of kBits-bit codes (3 bits: joined, so up to 7) may go into one short
+// sum before it is widened: a 16-bit pair sum is at most 2 (2^b - 1) 128, and the short sum stays
+// below 2^15 (42 at 2 bits, 18 at 3, 8 at 4).
+template <int kBits>
+constexpr int kShortProductsOf = 32767 / (2 * ((1 << kBits) - 1) * 128);
+
+// The wide sums of kPass rows' two planes, kept in memory (L1): they are touched only when the
+// short sums are widened, and AVX2's 16 registers are taken by the short sums and the codes.
+template <int kPass>
+struct WideSums {
+  alignas(64) int32_t lo[kPass][kParts][kLanes];
+  alignas(64) int32_t hi[kPass][kParts][kLanes];
+};
+
+// wide = (add ? wide : 0) + the widened short sums, which start again from zero (short pair sums
+// only; elsewhere the sums are wide already and the kernels skip this).
+template <int kPass>
+HWY_INLINE void WidenInto(VI (*lo)[kParts], VI (*hi)[kParts], bool add, WideSums<kPass>* wide) {
+  const DI di;
+  for (int r = 0; r < kPass; ++r) {
+    for (int p = 0; p < kParts; ++p) {
+      VI l = WidenShortSums(di, lo[r][p]), h = WidenShortSums(di, hi[r][p]);
+      if (add) {
+        l = hn::Add(l, hn::Load(di, wide->lo[r][p]));
+        h = hn::Add(h, hn::Load(di, wide->hi[r][p]));
+      }
+      hn::Store(l, di, wide->lo[r][p]);
+      hn::Store(h, di, wide->hi[r][p]);
+      lo[r][p] = hi[r][p] = hn::Zero(di);
+    }
+  }
+}
+
+// The wide sums back in lo and hi.
+template <int kPass>
+HWY_INLINE void LoadWide(const WideSums<kPass>& wide, VI (*lo)[kParts], VI (*hi)[kParts]) {
+  const DI di;
+  for (int r = 0; r < kPass; ++r) {
+    for (int p = 0; p < kParts; ++p) {
+      lo[r][p] = hn::Load(di, wide.lo[r][p]);
+      hi[r][p] = hn::Load(di, wide.hi[r][p]);
     }
   }
 }
@@ -165,6 +212,30 @@ HWY_INLINE void StorePlanes(D8 d8, VI32 T, int8_t* HWY_RESTRICT to) {
 #endif
   hn::StoreU(hn::DemoteTo(d8, hn::Sub(T, hn::ShiftLeft<8>(hi))), d8, to);
   hn::StoreU(hn::DemoteTo(d8, hi), d8, to + C);
+}
+
+// StorePlanes of C = 2N values held as two vectors of N lanes (t0 the first N). On AVX2 (N = 8,
+// C = 16) the 16 values are packed to 16 bits once and both planes are made there (a pack, four
+// 16-bit operations, a pack to bytes and one vpermd put [lo 16 | hi 16] in one register for one
+// store) instead of two demotions of each vector. The same bytes as StorePlanes.
+template <int C, class D8, class VI32>
+HWY_INLINE void StorePlanesOfTwo(D8 d8, VI32 t0, VI32 t1, int8_t* HWY_RESTRICT to) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (sizeof(t0.raw) == 32 && C == 16) {
+    // 16-bit lanes: [t0 0-3, t1 0-3 | t0 4-7, t1 4-7]; |T| <= 32512, so the pack is exact.
+    const __m256i u = _mm256_add_epi16(_mm256_packs_epi32(t0.raw, t1.raw), _mm256_set1_epi16(128));
+    const __m256i hi = _mm256_srai_epi16(u, 8);
+    const __m256i lo = _mm256_sub_epi16(_mm256_and_si256(u, _mm256_set1_epi16(0xFF)), _mm256_set1_epi16(128));
+    // 32-bit groups of four bytes: lo(t0 0-3), lo(t1 0-3), hi(t0 0-3), hi(t1 0-3) | the same of 4-7.
+    const __m256i bytes = _mm256_packs_epi16(lo, hi);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), _mm256_permutevar8x32_epi32(bytes, order));
+    return;
+  }
+#endif
+  constexpr int N = C / 2;
+  StorePlanes<C>(d8, t0, to);
+  StorePlanes<C>(d8, t1, to + N);
 }
 
 // max(m, |x|) for m >= 0: one vrangeps (its max-of-magnitudes form, sign cleared) on AVX-512

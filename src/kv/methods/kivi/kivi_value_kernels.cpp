@@ -101,11 +101,13 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
     acc[size_t(r) * acc_stride + size_t(d + g)] += hn::GetLane(hn::SumOfLanes(df, zs[r]));
   }
   for (int bi = 0; bi < nb; ++bi) {
-    for (int p = 0; p < kParts; ++p) {
-      for (int r = 0; r < kRows; ++r) {
-        // |w * s| * inv <= 32512 up to rounding: hi and lo are in -128..127.
-        const VF x = hn::Mul(hn::Load(df, &W->ws[bi][r][p * kLanes]), inv[r]);
-        StorePlanes<kSub>(d8, RoundToInt(x), &W->planes[bi][r][0][p * kLanes]);
+    for (int r = 0; r < kRows; ++r) {
+      // |w * s| * inv <= 32512 up to rounding: hi and lo are in -128..127.
+      const auto T = [&](int p) HWY_ATTR { return RoundToInt(hn::Mul(hn::Load(df, &W->ws[bi][r][p * kLanes]), inv[r])); };
+      if constexpr (kParts == 2) {
+        StorePlanesOfTwo<kSub>(d8, T(0), T(1), &W->planes[bi][r][0][0]);
+      } else {
+        for (int p = 0; p < kParts; ++p) StorePlanes<kSub>(d8, T(p), &W->planes[bi][r][0][p * kLanes]);
       }
     }
   }
@@ -127,32 +129,40 @@ HWY_INLINE void AccumulateChunk(const uint8_t* HWY_RESTRICT run, size_t bb, int 
   const DU du;
   VI lo[kPass][kParts], hi[kPass][kParts];
   ZeroSums<kPass>(lo, hi);
-  for (int bi = 0; bi < nb; ++bi) {
-    const uint8_t* sub = run + size_t(bi) * bb;
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(sub) + size_t(ch) * kVecs * kSub;
-    const int8_t* planes = W.planes[bi][r0][0];  // the rows' words are constant offsets from it
-    if constexpr (kBits == 3) {
-      const uint32_t* high = reinterpret_cast<const uint32_t*>(sub + size_t(d) * 4) + size_t(ch / 2) * kSub;
-      VU x2[kParts], x1[kParts];
-      for (int p = 0; p < kParts; ++p) {
-        x2[p] = hn::LoadU(du, words + p * kLanes);
-        x1[p] = hn::LoadU(du, high + p * kLanes);
-      }
-      DotJoinedChunk<kPass, kSub>(x2, x1, ch % 2, planes, lo, hi);
-    } else {
-      for (int h = 0; h < kVecs; ++h) {
-        VU x[kParts];
-        for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + h * kSub + p * kLanes);
-        // Field j's bytes are tokens h * kTokens + 4 j .. +3.
-        DotField<kBits, 0, kPass, kSub>(x, planes, h * kTokens, lo, hi);
-        DotField<kBits, 1, kPass, kSub>(x, planes, h * kTokens + 4, lo, hi);
-        if constexpr (kFields == 4) {
-          DotField<kBits, 2, kPass, kSub>(x, planes, h * kTokens + 8, lo, hi);
-          DotField<kBits, 3, kPass, kSub>(x, planes, h * kTokens + 12, lo, hi);
+  WideSums<kPass> wide;
+  // Short sums are widened every kWiden sub-blocks (each is kVecs * kFields products a sum).
+  constexpr int kWiden = kShortPairSums ? kShortProductsOf<kBits> / (kVecs * kFields) : kRunSubs;
+  for (int b0 = 0; b0 < nb; b0 += kWiden) {
+    const int b1 = std::min(nb, b0 + kWiden);
+    for (int bi = b0; bi < b1; ++bi) {
+      const uint8_t* sub = run + size_t(bi) * bb;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(sub) + size_t(ch) * kVecs * kSub;
+      const int8_t* planes = W.planes[bi][r0][0];  // the rows' words are constant offsets from it
+      if constexpr (kBits == 3) {
+        const uint32_t* high = reinterpret_cast<const uint32_t*>(sub + size_t(d) * 4) + size_t(ch / 2) * kSub;
+        VU x2[kParts], x1[kParts];
+        for (int p = 0; p < kParts; ++p) {
+          x2[p] = hn::LoadU(du, words + p * kLanes);
+          x1[p] = hn::LoadU(du, high + p * kLanes);
+        }
+        DotJoinedChunk<kPass, kSub>(x2, x1, ch % 2, planes, lo, hi);
+      } else {
+        for (int h = 0; h < kVecs; ++h) {
+          VU x[kParts];
+          for (int p = 0; p < kParts; ++p) x[p] = hn::LoadU(du, words + h * kSub + p * kLanes);
+          // Field j's bytes are tokens h * kTokens + 4 j .. +3.
+          DotField<kBits, 0, kPass, kSub>(x, planes, h * kTokens, lo, hi);
+          DotField<kBits, 1, kPass, kSub>(x, planes, h * kTokens + 4, lo, hi);
+          if constexpr (kFields == 4) {
+            DotField<kBits, 2, kPass, kSub>(x, planes, h * kTokens + 8, lo, hi);
+            DotField<kBits, 3, kPass, kSub>(x, planes, h * kTokens + 12, lo, hi);
+          }
         }
       }
     }
+    if constexpr (kShortPairSums) WidenInto<kPass>(lo, hi, b0 > 0, &wide);
   }
+  if constexpr (kShortPairSums) LoadWide<kPass>(wide, lo, hi);
   for (int r = 0; r < kPass; ++r) {
     const VF f = hn::Set(df, factor[r0 + r]);
     float* a = acc + size_t(r0 + r) * acc_stride + size_t(ch) * kSub;
