@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -280,6 +281,61 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
 }
 #endif
 
+#if HWY_TARGET != HWY_AVX3_DL
+// Rows r .. r + NR - 1 of lut_u8_scores (NR = 1 or 2) without byte permutes: four tokens at a
+// time, their index bytes of a sub-vector read as one word that serves every row, so that the
+// NR x 4 sums are independent chains (one token's sum alone is a chain of n_sub dependent adds).
+// The same integer sums as LutU8ScoresRows, so the same scores.
+template <int NR>
+void LutU8ScoresLoop(const float* HWY_RESTRICT states, size_t sf, int n_sub, const uint8_t* HWY_RESTRICT blocks,
+                     size_t bb, int64_t i0, int64_t i1, float* HWY_RESTRICT out, size_t out_stride) {
+  constexpr int B = kLutBlockTokens;
+  const uint8_t* tab[NR];
+  float bias[NR], step[NR];
+  for (int r = 0; r < NR; ++r) {
+    const float* st = states + size_t(r) * sf;
+    tab[r] = lut_u8_tables(st);
+    bias[r] = lut_u8_bias(st);
+    step[r] = lut_u8_step(st);
+  }
+  for (int64_t a = i0; a < i1;) {
+    const int64_t blk = a / B, slot = a % B;
+    const int n = int(std::min<int64_t>(i1 - a, B - slot));
+    const uint8_t* idx = blocks + size_t(blk) * bb + size_t(slot);
+    int t = 0;
+    for (; t + 4 <= n; t += 4) {
+      uint32_t sum[NR][4] = {};
+      for (int s = 0; s < n_sub; ++s) {
+        uint32_t w;
+        std::memcpy(&w, idx + size_t(s) * B + size_t(t), 4);
+        for (int r = 0; r < NR; ++r) {
+          const uint8_t* ts = tab[r] + size_t(s) * kLutCentroids;
+          sum[r][0] += ts[w & 0xFF];
+          sum[r][1] += ts[(w >> 8) & 0xFF];
+          sum[r][2] += ts[(w >> 16) & 0xFF];
+          sum[r][3] += ts[w >> 24];
+          // The empty asm keeps each sum in a general register: GCC would otherwise gather the
+          // four looked-up bytes into a vector (a chain of shifts and ors through one register)
+          // to add them as one, which serializes the lookups. It emits no code.
+          __asm__("" : "+r"(sum[r][0]), "+r"(sum[r][1]), "+r"(sum[r][2]), "+r"(sum[r][3]));
+        }
+      }
+      for (int r = 0; r < NR; ++r) {
+        for (int k = 0; k < 4; ++k) out[size_t(r) * out_stride + size_t(a - i0 + t + k)] = bias[r] + step[r] * float(sum[r][k]);
+      }
+    }
+    for (; t < n; ++t) {
+      for (int r = 0; r < NR; ++r) {
+        uint32_t sum = 0;
+        for (int s = 0; s < n_sub; ++s) sum += tab[r][size_t(s) * kLutCentroids + idx[size_t(s) * B + size_t(t)]];
+        out[size_t(r) * out_stride + size_t(a - i0 + t)] = bias[r] + step[r] * float(sum);
+      }
+    }
+    a += n;
+  }
+}
+#endif
+
 // Whether four rows' tables (n_sub x 256 bytes each) take at most two thirds of L1, leaving the
 // rest to the index bytes and score tiles streaming past: then a pass takes four rows per load
 // of the indices instead of two. Where the tables crowd L1 out of the streams' way, four rows are
@@ -307,24 +363,11 @@ void LutU8Scores(const float* HWY_RESTRICT states, size_t sf, int n_q, int n_sub
   }
   if (r < n_q) row(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, r == 0, out + size_t(r) * out_stride, out_stride);
 #else
-  constexpr int B = kLutBlockTokens;
-  for (int r = 0; r < n_q; ++r) {
-    const float* st = states + size_t(r) * sf;
-    const uint8_t* tab = lut_u8_tables(st);
-    const float bias = lut_u8_bias(st), step = lut_u8_step(st);
-    float* o = out + size_t(r) * out_stride;
-    for (int64_t a = i0; a < i1;) {
-      const int64_t blk = a / B, slot = a % B;
-      const int n = int(std::min<int64_t>(i1 - a, B - slot));
-      const uint8_t* idx = blocks + size_t(blk) * bb + size_t(slot);
-      for (int t = 0; t < n; ++t) {
-        uint32_t sum = 0;
-        for (int s = 0; s < n_sub; ++s) sum += tab[size_t(s) * kLutCentroids + idx[size_t(s) * B + size_t(t)]];
-        o[(a - i0) + t] = bias + step * float(sum);
-      }
-      a += n;
-    }
+  int r = 0;
+  for (; r + 2 <= n_q; r += 2) {
+    LutU8ScoresLoop<2>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, out + size_t(r) * out_stride, out_stride);
   }
+  if (r < n_q) LutU8ScoresLoop<1>(states + size_t(r) * sf, sf, n_sub, blocks, bb, i0, i1, out + size_t(r) * out_stride, out_stride);
 #endif
 }
 
