@@ -281,6 +281,60 @@ void LutU8ScoresRows(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX2
+// 32 tokens of NR rows of lut_u8_scores (idx: the first token's byte of sub-vector 0; sub-vector
+// s's bytes kLutBlockTokens further each) by 16-byte shuffles. A sub-vector's table is 16 slices
+// of 16 entries: vpshufb looks every token's low nibble up in each slice (broadcast to both
+// halves), and a blend keeps it where the token's high nibble names that slice. The bytes are
+// summed as 16-bit lanes as in LutU8ScoresRows (even = all - 256 odd), the same integer sums.
+template <int NR>
+HWY_INLINE void LutU8Scores32(const uint8_t* const* tab, const float* bias, const float* step, int n_sub,
+                              const uint8_t* HWY_RESTRICT idx, float* HWY_RESTRICT out, size_t out_stride) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256i sum[NR][4];  // 32-bit sums of tokens 0-7, 8-15, 16-23, 24-31
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 4; ++k) sum[r][k] = _mm256_setzero_si256();
+  }
+  for (int s0 = 0; s0 < n_sub; s0 += 256) {  // at most 256 bytes of 255 in each 16-bit even sum
+    __m256i all[NR], odd[NR];
+    for (int r = 0; r < NR; ++r) all[r] = odd[r] = _mm256_setzero_si256();
+    for (int s = s0; s < std::min(n_sub, s0 + 256); ++s) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + size_t(s) * kLutBlockTokens));
+      const __m256i lo = _mm256_and_si256(x, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
+      __m256i v[NR];
+      for (int r = 0; r < NR; ++r) v[r] = _mm256_setzero_si256();
+      for (int h = 0; h < 16; ++h) {
+        const __m256i here = _mm256_cmpeq_epi8(hi, _mm256_set1_epi8(char(h)));
+        for (int r = 0; r < NR; ++r) {
+          const __m128i slice =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(tab[r] + size_t(s) * kLutCentroids + 16 * h));
+          v[r] = _mm256_blendv_epi8(v[r], _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(slice), lo), here);
+        }
+      }
+      for (int r = 0; r < NR; ++r) {
+        all[r] = _mm256_add_epi16(all[r], v[r]);
+        odd[r] = _mm256_add_epi16(odd[r], _mm256_srli_epi16(v[r], 8));
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m256i even = _mm256_sub_epi16(all[r], _mm256_slli_epi16(odd[r], 8));
+      // 16-bit tokens: lo = [0-7 | 16-23], hi = [8-15 | 24-31].
+      const __m256i lo = _mm256_unpacklo_epi16(even, odd[r]), hi = _mm256_unpackhi_epi16(even, odd[r]);
+      const __m128i eight[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
+                                _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
+      for (int k = 0; k < 4; ++k) sum[r][k] = _mm256_add_epi32(sum[r][k], _mm256_cvtepu16_epi32(eight[k]));
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 4; ++k) {
+      const __m256 f = _mm256_cvtepi32_ps(sum[r][k]);
+      _mm256_storeu_ps(out + size_t(r) * out_stride + 8 * k,
+                       _mm256_add_ps(_mm256_set1_ps(bias[r]), _mm256_mul_ps(_mm256_set1_ps(step[r]), f)));
+    }
+  }
+}
+#endif
+
 #if HWY_TARGET != HWY_AVX3_DL
 // Rows r .. r + NR - 1 of lut_u8_scores (NR = 1 or 2) without byte permutes: four tokens at a
 // time, their index bytes of a sub-vector read as one word that serves every row, so that the
@@ -303,6 +357,9 @@ void LutU8ScoresLoop(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
     const int n = int(std::min<int64_t>(i1 - a, B - slot));
     const uint8_t* idx = blocks + size_t(blk) * bb + size_t(slot);
     int t = 0;
+#if HWY_TARGET == HWY_AVX2
+    for (; t + 32 <= n; t += 32) LutU8Scores32<NR>(tab, bias, step, n_sub, idx + t, out + (a - i0 + t), out_stride);
+#endif
     for (; t + 4 <= n; t += 4) {
       uint32_t sum[NR][4] = {};
       for (int s = 0; s < n_sub; ++s) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/core/rng.h"
@@ -48,14 +49,15 @@ uint8_t index_of(const Encoded& e, size_t block_bytes, int64_t t, int s) {
 }
 
 // A token's score is bias + step * (the sum of its table bytes), to the bit, on every target (the
-// AVX-512 VBMI lookups and the loop of the others), over a range that starts and ends inside a
-// block of 64 and crosses two block boundaries.
+// AVX-512 VBMI lookups, AVX2's shuffles and the loop of the others), over a range that starts and
+// ends inside a block of 64 and crosses two block boundaries. ksub=1 at d = 512 gives 512
+// sub-vectors: the 16-bit byte sums are widened every 256.
 TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
   const bool chosen = lut_u8_scores_uses_vpermb();
   for (const bool vpermb : {false, true}) {
     lut_u8_scores_use_vpermb(vpermb);  // both forms of the VBMI lookups, on a CPU that has them
-    for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4"}) {
-      for (int d : {64, 256}) {
+    for (const char* spec : {"vecinfer", "vecinfer:ksub=2,vsub=4", "vecinfer:ksub=1,vsub=8"}) {
+      for (int d : std::string(spec).find("ksub=1") != std::string::npos ? std::vector<int>{512} : std::vector<int>{64, 256}) {
         SCOPED_TRACE(std::string(spec) + " d " + std::to_string(d) + (vpermb ? " vpermb" : " vpermi2b"));
         const Calibrated c = calibrated(spec, d);
         const auto kc = c.method.keys().key_codec(c.ctx());
@@ -79,6 +81,42 @@ TEST(Method_vecinfer, ByteTableScoresIdenticalOnEveryTarget) {
     }
   }
   lut_u8_scores_use_vpermb(chosen);
+}
+
+// Tables of 255s (and 254s) at 512 sub-vectors: every 16-bit sum of bytes the kernels keep
+// (AVX-512's and AVX2's) would pass 2^16 without a widening every 256 sub-vectors. Each target
+// must give the exact sums.
+TEST(Method_vecinfer, ByteTableScoresOfFullTablesOnEveryTarget) {
+  const int n_sub = 512, n_q = 3;
+  const size_t sf = lut_u8_state_floats(n_sub), bb = size_t(n_sub) * kLutBlockTokens;
+  std::vector<float> states(sf * n_q, 0.0f);
+  for (int r = 0; r < n_q; ++r) {
+    float* st = &states[sf * r];
+    st[0] = float(r);  // bias
+    st[1] = 1.0f;      // step
+    uint8_t* tab = reinterpret_cast<uint8_t*>(st + kLutHeaderFloats);
+    for (size_t i = 0; i < size_t(n_sub) * kLutCentroids; ++i) tab[i] = uint8_t(255 - (i + r) % 2);
+  }
+  std::vector<uint8_t> blocks(2 * bb);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(i * 37 + i / 64);
+  const int64_t i0 = 3, i1 = 2 * kLutBlockTokens - 5;
+  std::vector<float> first;
+  const int tried = for_each_supported_target([&] {
+    std::vector<float> out(size_t(n_q) * size_t(i1 - i0), -1.0f);
+    lut_u8_scores(states.data(), sf, n_q, n_sub, blocks.data(), bb, i0, i1, out.data(), size_t(i1 - i0));
+    for (int r = 0; r < n_q; ++r) {
+      const uint8_t* tab = reinterpret_cast<const uint8_t*>(&states[sf * r] + kLutHeaderFloats);
+      for (int64_t t = i0; t < i1; ++t) {
+        uint32_t sum = 0;
+        for (int s = 0; s < n_sub; ++s) {
+          sum += tab[size_t(s) * kLutCentroids +
+                     blocks[size_t(t / kLutBlockTokens) * bb + size_t(s) * kLutBlockTokens + size_t(t % kLutBlockTokens)]];
+        }
+        ASSERT_EQ(out[size_t(r) * (i1 - i0) + size_t(t - i0)], float(r) + float(sum)) << "row " << r << " token " << t;
+      }
+    }
+  });
+  EXPECT_GE(tried, 2);
 }
 
 // A query row's byte tables, to the bit against scalar loops of lut_u8_prepare's arithmetic: the
