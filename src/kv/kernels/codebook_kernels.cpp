@@ -335,6 +335,58 @@ HWY_INLINE void LutU8Scores32(const uint8_t* const* tab, const float* bias, cons
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX3
+// LutU8Scores32's shuffles on AVX-512 without VBMI (no vpermb): 64 tokens, a whole block, a vector;
+// the slice kept under a mask where the high nibble names it. The same integer sums.
+template <int NR>
+HWY_INLINE void LutU8Scores64(const uint8_t* const* tab, const float* bias, const float* step, int n_sub,
+                              const uint8_t* HWY_RESTRICT idx, float* HWY_RESTRICT out, size_t out_stride) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512i sum[NR][4];  // 32-bit sums of tokens 16k .. 16k + 15
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 4; ++k) sum[r][k] = _mm512_setzero_si512();
+  }
+  for (int s0 = 0; s0 < n_sub; s0 += 256) {  // at most 256 bytes of 255 in each 16-bit even sum
+    __m512i all[NR], odd[NR];
+    for (int r = 0; r < NR; ++r) all[r] = odd[r] = _mm512_setzero_si512();
+    for (int s = s0; s < std::min(n_sub, s0 + 256); ++s) {
+      const __m512i x = _mm512_loadu_si512(idx + size_t(s) * kLutBlockTokens);
+      const __m512i lo = _mm512_and_si512(x, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+      __m512i v[NR];
+      for (int r = 0; r < NR; ++r) v[r] = _mm512_setzero_si512();
+      for (int h = 0; h < 16; ++h) {
+        const __mmask64 here = _mm512_cmpeq_epi8_mask(hi, _mm512_set1_epi8(char(h)));
+        for (int r = 0; r < NR; ++r) {
+          const __m128i slice =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(tab[r] + size_t(s) * kLutCentroids + 16 * h));
+          v[r] = _mm512_mask_shuffle_epi8(v[r], here, _mm512_broadcast_i32x4(slice), lo);
+        }
+      }
+      for (int r = 0; r < NR; ++r) {
+        all[r] = _mm512_add_epi16(all[r], v[r]);
+        odd[r] = _mm512_add_epi16(odd[r], _mm512_srli_epi16(v[r], 8));
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512i even = _mm512_sub_epi16(all[r], _mm512_slli_epi16(odd[r], 8));
+      // Within each 128-bit lane k, unpack gives tokens 16k .. 16k + 7 (lo) and 16k + 8 .. (hi).
+      const __m512i lo = _mm512_unpacklo_epi16(even, odd[r]), hi = _mm512_unpackhi_epi16(even, odd[r]);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i tokens = _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, k), _mm512_extracti32x4_epi32(lo, k));
+        sum[r][k] = _mm512_add_epi32(sum[r][k], _mm512_cvtepu16_epi32(tokens));
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 4; ++k) {
+      const __m512 f = _mm512_cvtepi32_ps(sum[r][k]);
+      _mm512_storeu_ps(out + size_t(r) * out_stride + 16 * k,
+                       _mm512_add_ps(_mm512_set1_ps(bias[r]), _mm512_mul_ps(_mm512_set1_ps(step[r]), f)));
+    }
+  }
+}
+#endif
+
 #if HWY_TARGET != HWY_AVX3_DL
 // Rows r .. r + NR - 1 of lut_u8_scores (NR = 1 or 2) without byte permutes: four tokens at a
 // time, their index bytes of a sub-vector read as one word that serves every row, so that the
@@ -359,6 +411,11 @@ void LutU8ScoresLoop(const float* HWY_RESTRICT states, size_t sf, int n_sub, con
     int t = 0;
 #if HWY_TARGET == HWY_AVX2
     for (; t + 32 <= n; t += 32) LutU8Scores32<NR>(tab, bias, step, n_sub, idx + t, out + (a - i0 + t), out_stride);
+#elif HWY_TARGET == HWY_AVX3
+    if (n == kLutBlockTokens) {
+      LutU8Scores64<NR>(tab, bias, step, n_sub, idx, out + (a - i0), out_stride);
+      t = n;
+    }
 #endif
     for (; t + 4 <= n; t += 4) {
       uint32_t sum[NR][4] = {};

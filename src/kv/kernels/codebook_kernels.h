@@ -64,8 +64,8 @@ void lut_centroid_accumulate(const float* w, size_t w_stride, int n_q, int n_sub
 // `block_bytes` bytes (the indices at the start of each block), for the n_q rows whose states
 // lie state_floats apart. The AVX-512 VBMI target looks the bytes up 64 tokens at a time (vpermi2b,
 // or vpermb on Intel CPUs: lut_u8_scores_use_vpermb below), two rows per load of the indices;
-// AVX2 32 tokens at a time by 16-byte shuffles (vpshufb) of each table's 16 slices; the others
-// add the bytes in scalar registers, four tokens at a time.
+// AVX2 (32 tokens) and AVX-512 without VBMI (64) at a time by 16-byte shuffles (vpshufb) of each
+// table's 16 slices; the others add the bytes in scalar registers, four tokens at a time.
 void lut_u8_scores(const float* states, size_t state_floats, int n_q, int n_sub, const uint8_t* blocks,
                    size_t block_bytes, int64_t i0, int64_t i1, float* out, size_t out_stride);
 // How the AVX-512 VBMI scores look a 256-byte table up: two vpermi2b (128 entries each) and a
