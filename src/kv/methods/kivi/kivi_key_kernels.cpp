@@ -127,15 +127,18 @@ HWY_INLINE void FoldGroup(const float* HWY_RESTRICT q, size_t qs, const hwy::flo
   const int N = int(hn::Lanes(dc));
   V b[kRows], m[kRows];
   for (int r = 0; r < kRows; ++r) b[r] = m[r] = hn::Zero(dc);
-  for (int c = 0; c < d; c += N) {
-    V s, z;
-    LoadPairs(dc, sz, c, &s, &z);
-    for (int r = 0; r < kRows; ++r) {
-      const V qv = hn::LoadU(dc, q + size_t(r) * qs + c);
-      const V x = hn::Mul(qv, s);
-      hn::StoreU(x, dc, prod + size_t(r) * d + c);
-      m[r] = MaxAbs(m[r], x);
-      b[r] = hn::MulAdd(qv, z, b[r]);
+  constexpr int kPassRows = kRows < kStageRows ? kRows : kStageRows;
+  for (int r0 = 0; r0 < kRows; r0 += kPassRows) {
+    for (int c = 0; c < d; c += N) {
+      V s, z;
+      LoadPairs(dc, sz, c, &s, &z);
+      for (int r = r0; r < r0 + kPassRows; ++r) {
+        const V qv = hn::LoadU(dc, q + size_t(r) * qs + c);
+        const V x = hn::Mul(qv, s);
+        hn::StoreU(x, dc, prod + size_t(r) * d + c);
+        m[r] = MaxAbs(m[r], x);
+        b[r] = hn::MulAdd(qv, z, b[r]);
+      }
     }
   }
   V inv[kRows];

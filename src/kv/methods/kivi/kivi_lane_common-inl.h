@@ -37,6 +37,11 @@ constexpr float kFixedOne = 127.0f * 256.0f;  // a held operand's largest magnit
 // Rows per pass over a sub-block (query rows for keys, weight rows for values): their two planes' sums for each part of the block must
 // stay in registers (4 rows x 2 planes of AVX-512's 32; 2 x 2 x 2 parts of AVX2's 16).
 constexpr int kRowsPerPass = kParts >= 2 ? 2 : 4;
+// Rows per pass of the key fold's and the value staging's first loop, each row with two running
+// sums (a maximum and the zeros' share): four rows' eight sums beside the scales, zeros and
+// temporaries overflow AVX2's 16 registers, and a spilled sum makes every iteration wait on its
+// store. The rows' sums are the same either way.
+constexpr int kStageRows = kParts >= 2 ? 2 : 4;
 
 
 // The sums of both byte planes of kPass rows, kParts vectors each.

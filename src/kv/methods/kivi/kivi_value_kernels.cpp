@@ -80,16 +80,19 @@ HWY_INLINE void StageGroupWeights(const uint8_t* run, size_t bb, size_t codes, i
   };
   VF m[kRows], zs[kRows];
   for (int r = 0; r < kRows; ++r) m[r] = zs[r] = hn::Zero(df);
-  for (int bi = 0; bi < nb; ++bi) {
-    for (int p = 0; p < kParts; ++p) {
-      VF sv, zv;
-      LoadPairs(df, pairs(bi), p * kLanes, &sv, &zv);
-      for (int r = 0; r < kRows; ++r) {
-        const VF wv = hn::Load(df, &W->w[bi][r][p * kLanes]);
-        const VF x = hn::Mul(wv, sv);
-        hn::Store(x, df, &W->ws[bi][r][p * kLanes]);
-        m[r] = MaxAbs(m[r], x);
-        zs[r] = hn::MulAdd(wv, zv, zs[r]);
+  constexpr int kPassRows = kRows < kStageRows ? kRows : kStageRows;
+  for (int r0 = 0; r0 < kRows; r0 += kPassRows) {
+    for (int bi = 0; bi < nb; ++bi) {
+      for (int p = 0; p < kParts; ++p) {
+        VF sv, zv;
+        LoadPairs(df, pairs(bi), p * kLanes, &sv, &zv);
+        for (int r = r0; r < r0 + kPassRows; ++r) {
+          const VF wv = hn::Load(df, &W->w[bi][r][p * kLanes]);
+          const VF x = hn::Mul(wv, sv);
+          hn::Store(x, df, &W->ws[bi][r][p * kLanes]);
+          m[r] = MaxAbs(m[r], x);
+          zs[r] = hn::MulAdd(wv, zv, zs[r]);
+        }
       }
     }
   }
