@@ -218,6 +218,7 @@ TEST(Method_kvquant, ManyRowsScoreAsFourAtATime) {
   norm.style = RopeSpec::Style::kNorm;
   norm.base = 500000.0f;
   for (const char* spec : {"kvquant", "kvquant:bits=2", "kvquant:bits=4,outliers=0.05"}) {
+    check_many_rows(neox(), 256, spec);  // Gemma 3's heads: 128 pairs for the outliers' query lookups
     check_many_rows(neox(), 128, spec);
     check_many_rows(neox(), 64, spec);
     check_many_rows(norm, 64, spec);

@@ -91,11 +91,35 @@ HWY_INLINE VF LoadHalves(const uint8_t* p16, int first) {
   return hn::PromoteTo(DF(), hn::LoadU(hn::Rebind<hwy::float16_t, DF>(), reinterpret_cast<const hwy::float16_t*>(p16) + first));
 }
 
+// The query components the outlier slots read, row-major for lookups by pair where AVX-512's
+// two-table permutes reach them (at most kLookupPairs pairs): [row][a, b][kLookupPairs].
+constexpr int kLookupPairs = 128;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kQueryLookups = true;
+// t[j] per lane for j < pairs (t 64-byte aligned, pairs <= kLookupPairs): permutes of 32 entries
+// from two registers, joined by j's bits 5 and 6. The values a gather would load.
+HWY_INLINE VF LookupPairs(const float* HWY_RESTRICT t, int pairs, VU j) {
+  const __m512i idx = j.raw;
+  const auto table32 = [&](int at) HWY_ATTR { return _mm512_permutex2var_ps(_mm512_load_ps(t + at), idx, _mm512_load_ps(t + at + 16)); };
+  const __mmask16 bit5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+  __m512 v = _mm512_mask_blend_ps(bit5, table32(0), table32(32));
+  if (pairs > 64) {
+    const __m512 w = _mm512_mask_blend_ps(bit5, table32(64), table32(96));
+    v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(64)), v, w);
+  }
+  return VF{v};
+}
+#else
+constexpr bool kQueryLookups = false;
+#endif
+
 // acc rows += each outlier slot's share of the part's 16-token lanes: its sparse value (the key's
-// difference from its dense decode) times the turned query's component for its channel.
+// difference from its dense decode) times the turned query's component for its channel. qo: the
+// components by row for LookupPairs, or null (gathered from qp).
 template <bool kNeox>
-HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* qp, const uint8_t* blk, int p, size_t col,
-                               VF (*acc)[kRows]) {
+HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* qp, const float* qo, const uint8_t* blk, int p,
+                               size_t col, VF (*acc)[kRows]) {
+  (void)qo;  // read only where kQueryLookups
   const DF df;
   const DU du;
   const uint8_t* counts = blk + k.words_bytes;
@@ -126,6 +150,16 @@ HWY_INLINE void AddKeyOutliers(const RopeKeys& k, const float* qp, const uint8_t
     const auto f = hn::RebindMask(df, first);
     const VF fa = hn::Mul(delta, hn::IfThenElse(f, cs, hn::Neg(sn)));
     const VF fb = hn::Mul(delta, hn::IfThenElse(f, sn, cs));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    if (qo != nullptr) {
+      for (int r = 0; r < kRows; ++r) {
+        const VF va = LookupPairs(qo + size_t(2 * r) * kLookupPairs, k.d / 2, j);
+        const VF vb = LookupPairs(qo + size_t(2 * r + 1) * kLookupPairs, k.d / 2, j);
+        acc[0][r] = hn::MulAdd(fa, va, hn::MulAdd(fb, vb, acc[0][r]));
+      }
+      continue;
+    }
+#endif
     const VU qi = hn::Mul(j, hn::Set(du, uint32_t(kPairQuery)));
     for (int r = 0; r < kRows; ++r) {
       const VU qa = hn::Add(qi, hn::Set(du, uint32_t(2 * r)));
@@ -163,8 +197,8 @@ HWY_INLINE void ForPairGroups(const RopeKeys& k, const uint8_t* blk, int p, cons
 }
 
 template <int kBits, bool kNeox>
-HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* qp, const uint8_t* HWY_RESTRICT blk, size_t col,
-                           float* HWY_RESTRICT out, size_t out_stride) {
+HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* qp, const float* qo, const uint8_t* HWY_RESTRICT blk,
+                           size_t col, float* HWY_RESTRICT out, size_t out_stride) {
   const DF df;
   for (int p = 0; p < kParts; ++p) {
     VF acc[kSets][kRows];
@@ -181,18 +215,18 @@ HWY_INLINE void ScoreBlock(const RopeKeys& k, const float* qp, const uint8_t* HW
         NormGroup<kBits>(wa, T, C, qp + j0 * kPairQuery, acc, std::make_index_sequence<kGroup / 2>());
       }
     });
-    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, blk, p, col, acc);
+    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, qo, blk, p, col, acc);
     for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
   }
 }
 
 template <int kBits, bool kNeox>
-void ScoreRows(const RopeKeys& k, const float* qp, const uint8_t* blocks, size_t bb, int64_t i0, int64_t i1,
-               int64_t col0, float* out, size_t out_stride) {
+void ScoreRows(const RopeKeys& k, const float* qp, const float* qo, const uint8_t* blocks, size_t bb, int64_t i0,
+               int64_t i1, int64_t col0, float* out, size_t out_stride) {
   const int64_t first_block = i0 / kSub;
   ScoreLaneBlocks<kRows, kSub>(blocks, bb, i0, i1, out, out_stride, [&](const uint8_t* blk, float* dst, size_t stride) {
     const int64_t b = (blk - blocks) / int64_t(bb);
-    ScoreBlock<kBits, kNeox>(k, qp, blk, size_t(col0 + kSub * (b - first_block)), dst, stride);
+    ScoreBlock<kBits, kNeox>(k, qp, qo, blk, size_t(col0 + kSub * (b - first_block)), dst, stride);
   });
 }
 
@@ -275,7 +309,7 @@ HWY_INLINE void ScoreDecodedBlock(const RopeKeys& k, const float* qp, const floa
     for (int j0 = 0; j0 < pairs; j0 += kStep) {
       ScoreDecodedPairs(bp + size_t(j0) * 2 * kLanes, qp + size_t(j0) * kPairQuery, acc, std::make_index_sequence<kStep>());
     }
-    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, blk, p, col, acc);
+    if (k.S > 0) AddKeyOutliers<kNeox>(k, qp, nullptr, blk, p, col, acc);
     for (int r = 0; r < kRows; ++r) hn::StoreU(hn::Add(acc[0][r], acc[1][r]), df, out + size_t(r) * out_stride + p * kLanes);
   }
 }
@@ -346,9 +380,12 @@ void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, co
     });
     return;
   }
-  // [pair][row][a, b]: four rows' components of each pair; rows past n_q are zero.
+  // [pair][row][a, b]: four rows' components of each pair; rows past n_q are zero. And the same
+  // components row-major for the outlier slots' lookups, where they apply.
   alignas(64) static thread_local float qp_buf[2048 * kPairQuery];
+  alignas(64) static thread_local float qo_buf[kRows * 2 * kLookupPairs];
   float* const qp = qp_buf;
+  const float* const qo = kQueryLookups && k.S > 0 && pairs <= kLookupPairs ? qo_buf : nullptr;
   for (int r0 = 0; r0 < n_q; r0 += kRows) {
     const int n = std::min(kRows, n_q - r0);
     for (int j = 0; j < pairs; ++j) {
@@ -357,15 +394,19 @@ void KvquantRopeScores(const RopeKeys& k, const float* q, int n_q, size_t qs, co
         const float* row = q + size_t(r0 + r) * qs;
         qp[size_t(j) * kPairQuery + 2 * r] = r < n ? row[a] : 0.0f;
         qp[size_t(j) * kPairQuery + 2 * r + 1] = r < n ? row[b] : 0.0f;
+        if (qo != nullptr) {
+          qo_buf[size_t(2 * r) * kLookupPairs + j] = qp[size_t(j) * kPairQuery + 2 * r];
+          qo_buf[size_t(2 * r + 1) * kLookupPairs + j] = qp[size_t(j) * kPairQuery + 2 * r + 1];
+        }
       }
     }
     float* o = out + size_t(r0) * out_stride;
     const auto run = [&](float* dst, size_t stride) {
       WithBits(k.bits, [&](auto bits) {
         if (k.neox) {
-          ScoreRows<bits(), true>(k, qp, blocks, bb, i0, i1, col0, dst, stride);
+          ScoreRows<bits(), true>(k, qp, qo, blocks, bb, i0, i1, col0, dst, stride);
         } else {
-          ScoreRows<bits(), false>(k, qp, blocks, bb, i0, i1, col0, dst, stride);
+          ScoreRows<bits(), false>(k, qp, qo, blocks, bb, i0, i1, col0, dst, stride);
         }
       });
     };
