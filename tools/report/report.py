@@ -150,7 +150,7 @@ def calib_path(spec):
     return os.path.join(CALIB, spec.replace(":", "_").replace(",", "_").replace("=", "-") + ".vqcal")
 
 
-STEPS = ["calibrate", "perplexity", "passkey", "bench", "attn_bench", "fidelity", "serve"]
+STEPS = ["calibrate", "perplexity", "passkey", "bench", "attn_bench", "attn_bench_avx2", "fidelity", "serve"]
 
 
 def run(mode, only):
@@ -189,10 +189,13 @@ def run(mode, only):
             ["bench", "-m", MODEL, "-f", TEXT, "-p", str(b["prompt"]), "-n", str(b["n"]), "--depths", b["depths"],
              "--reps", str(b["reps"])] + kvs)]})
     a = m["attn_bench"]
-    if "attn_bench" in steps:
-        save("attn_bench", {"mode": mode, "runs": [run_tool(
-            ["attn-bench", "--q-heads", "32", "--kv-heads", "8", "--head-dim", "128", "--ctx", str(a["ctx"]),
-             "--layers", str(a["layers"]), "--rounds", str(a["rounds"]), "--iters", str(a["iters"]), "--threads", "2"])]})
+    # The same table twice: the best SIMD target, and AVX2 forced (what a CPU without AVX-512 runs).
+    for step, simd in (("attn_bench", []), ("attn_bench_avx2", ["--simd", "avx2"])):
+        if step in steps:
+            save(step, {"mode": mode, "runs": [run_tool(
+                ["attn-bench", "--q-heads", "32", "--kv-heads", "8", "--head-dim", "128", "--ctx", str(a["ctx"]),
+                 "--layers", str(a["layers"]), "--rounds", str(a["rounds"]), "--iters", str(a["iters"]),
+                 "--threads", "2"] + simd)]})
     f = m["fidelity"]
     if "fidelity" in steps:
         kvs = sum((["--kv", s] for s in f["specs"]), [])
@@ -566,32 +569,11 @@ def render():
         parts += ["Command: " + stamp_line(run["stamp"]), ""]
     parts += engines.section(RESULTS, plt, savefig, table, stamp_line)
 
-    ab = load("attn_bench")
-    if ab:
-        run = ab["runs"][0]
-        d = run["data"]
-        noise = d.get("fp16_noise_floor", 0.0)
-        rows = []
-        for r in d["results"]:
-            ratio = r.get("speedup_vs_fp16")
-            lo, hi = r.get("speedup_vs_fp16_min"), r.get("speedup_vs_fp16_max")
-            if r["spec"] == "fp16":
-                cell = "1.00× (baseline)"
-            elif ratio is None:
-                cell = ""
-            elif lo is not None and hi is not None:  # paired per-round ratios
-                cell = "%.2f× [%.2f, %.2f]%s" % (ratio, lo, hi, " (within noise)" if lo <= 1 <= hi else "")
-            else:
-                cell = "%.2f×%s" % (ratio, " (within noise)" if abs(ratio - 1) <= noise else "")
-            rows.append([r["spec"], "%.3f" % r["bits_per_element"], "%.1f" % (r["kv_bytes"] / 2**20),
-                         "%.0f [%.0f, %.0f]" % (r["us_per_token"], r["us_per_token_min"], r["us_per_token_max"]),
-                         "%.2f" % r["gbps"], cell])
-        parts += ["## Decode attention alone (`attn-bench`, synthetic keys with outlier channels)", "",
-                  "Read bandwidth measured in the same run: %.2f GB/s; fp16 noise floor %.1f%%." % (
-                      d["read_bandwidth_gbps"], 100 * noise), "",
-                  table(["method", "bits/elem", "KV MiB", "µs/token [min, max]", "GB/s",
-                         "vs fp16: median [min, max] of per-round ratios"], rows), "",
-                  "Command: " + stamp_line(run["stamp"]), ""]
+    for step, title in (("attn_bench", "## Decode attention alone (`attn-bench`, synthetic keys with outlier channels)"),
+                        ("attn_bench_avx2", "### The same with the AVX2 target forced (`--simd avx2`: a CPU without AVX-512)")):
+        ab = load(step)
+        if ab:
+            parts += attention_table(ab["runs"][0], title)
 
     fi = load("fidelity")
     if fi:
@@ -655,6 +637,33 @@ def render():
     with open(DOC, "w") as f:
         f.write("\n".join(parts).rstrip() + "\n")
     print("report: wrote %s and %s/" % (os.path.relpath(DOC, ROOT), os.path.relpath(FIGURES, ROOT)))
+
+
+def attention_table(run, title):
+    """An attn-bench run as the report's table: every method's time and its per-round ratios to fp16."""
+    d = run["data"]
+    noise = d.get("fp16_noise_floor", 0.0)
+    rows = []
+    for r in d["results"]:
+        ratio = r.get("speedup_vs_fp16")
+        lo, hi = r.get("speedup_vs_fp16_min"), r.get("speedup_vs_fp16_max")
+        if r["spec"] == "fp16":
+            cell = "1.00× (baseline)"
+        elif ratio is None:
+            cell = ""
+        elif lo is not None and hi is not None:  # paired per-round ratios
+            cell = "%.2f× [%.2f, %.2f]%s" % (ratio, lo, hi, " (within noise)" if lo <= 1 <= hi else "")
+        else:
+            cell = "%.2f×%s" % (ratio, " (within noise)" if abs(ratio - 1) <= noise else "")
+        rows.append([r["spec"], "%.3f" % r["bits_per_element"], "%.1f" % (r["kv_bytes"] / 2**20),
+                     "%.0f [%.0f, %.0f]" % (r["us_per_token"], r["us_per_token_min"], r["us_per_token_max"]),
+                     "%.2f" % r["gbps"], cell])
+    return [title, "",
+            "SIMD target %s. Read bandwidth measured in the same run: %.2f GB/s; fp16 noise floor %.1f%%." % (
+                d.get("simd_target", "best"), d["read_bandwidth_gbps"], 100 * noise), "",
+            table(["method", "bits/elem", "KV MiB", "µs/token [min, max]", "GB/s",
+                   "vs fp16: median [min, max] of per-round ratios"], rows), "",
+            "Command: " + stamp_line(run["stamp"]), ""]
 
 
 def main():

@@ -371,10 +371,13 @@ HWY_INLINE void LutU8Scores64(const uint8_t* const* tab, const float* bias, cons
       const __m512i even = _mm512_sub_epi16(all[r], _mm512_slli_epi16(odd[r], 8));
       // Within each 128-bit lane k, unpack gives tokens 16k .. 16k + 7 (lo) and 16k + 8 .. (hi).
       const __m512i lo = _mm512_unpacklo_epi16(even, odd[r]), hi = _mm512_unpackhi_epi16(even, odd[r]);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i tokens = _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, k), _mm512_extracti32x4_epi32(lo, k));
-        sum[r][k] = _mm512_add_epi32(sum[r][k], _mm512_cvtepu16_epi32(tokens));
-      }
+      // (The lane index of an extract must be a constant at every optimization level.)
+      const __m256i tokens[4] = {
+          _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, 0), _mm512_extracti32x4_epi32(lo, 0)),
+          _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, 1), _mm512_extracti32x4_epi32(lo, 1)),
+          _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, 2), _mm512_extracti32x4_epi32(lo, 2)),
+          _mm256_set_m128i(_mm512_extracti32x4_epi32(hi, 3), _mm512_extracti32x4_epi32(lo, 3))};
+      for (int k = 0; k < 4; ++k) sum[r][k] = _mm512_add_epi32(sum[r][k], _mm512_cvtepu16_epi32(tokens[k]));
     }
   }
   for (int r = 0; r < NR; ++r) {
