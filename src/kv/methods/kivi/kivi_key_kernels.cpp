@@ -67,12 +67,13 @@ HWY_INLINE void ScoreSubPass(const int8_t* HWY_RESTRICT qi, const float* unit, c
   VI lo[kPass][kParts], hi[kPass][kParts];
   ZeroSums<kPass>(lo, hi);
   WideSums<kPass> wide;
-  // Short sums are widened every kWiden chunks (each chunk is kFields products a sum).
+  // Short sums are widened every `step` chunks (each chunk is kFields products a sum); wide sums
+  // take all the chunks in one step.
   constexpr int kFields = kBits == 3 ? 4 : 8 / kBits;
-  constexpr int kWiden = kShortPairSums ? kShortProductsOf<kBits> / kFields : 1 << 20;
   const int chunks = d / ChunkChannels<kBits>();
-  for (int c0 = 0; c0 < chunks; c0 += kWiden) {
-    const int c1 = std::min(chunks, c0 + kWiden);
+  const int step = kShortPairSums ? kShortProductsOf<kBits> / kFields : std::max(chunks, 1);
+  for (int c0 = 0; c0 < chunks; c0 += step) {
+    const int c1 = std::min(chunks, c0 + step);
     if constexpr (kBits == 3) {
       const uint32_t* high = words + size_t(d / 16) * kSub;
       for (int ch = c0; ch < c1; ++ch) {
