@@ -34,8 +34,10 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // pay less for it. At 1024 rows the other codecs' prefill measured slower (performance.md).
 constexpr int kRowBlock = 512;
 constexpr int64_t kChunkTokens = 4096;  // positions per work item when there is one row block
-// The step's query buffers larger than this are freed when the call ends (a long prefill's are
-// not kept for the rest of the session); smaller ones are kept for the next step.
+// The step's query buffers are kept from call to call while they are at most this size or at most
+// twice what the call needs: the layers of one prefill reuse them (fresh pages are faulted in and
+// zeroed by the kernel: a fifth of VecInfer's prefill, whose states are large, when each layer
+// mapped its own), and the first smaller call after a long prefill frees them.
 constexpr size_t kKeptStepBytes = size_t(4) << 20;
 
 // The shape of one call: who sees what, and how the work is cut.
@@ -297,8 +299,11 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   // unwritten still reads the same bytes every time.
   std::vector<HeadView> views(static_cast<size_t>(H));
   Workspace& step = aw.step();
-  float* const qs = step.get<float>(Workspace::kAttendQueries, size_t(H) * p.rows_total * d);
-  float* const states = step.get<float>(Workspace::kAttendStates, p.state_at.back());
+  const size_t qs_floats = size_t(H) * p.rows_total * d, states_floats = p.state_at.back();
+  step.trim(Workspace::kAttendQueries, std::max(kKeptStepBytes, 2 * sizeof(float) * qs_floats));
+  step.trim(Workspace::kAttendStates, std::max(kKeptStepBytes, 2 * sizeof(float) * states_floats));
+  float* const qs = step.get<float>(Workspace::kAttendQueries, qs_floats);
+  float* const states = step.get<float>(Workspace::kAttendStates, states_floats);
   parallel_for(int64_t(H) * p.n_row_blocks, [&](int64_t job) {
     Workspace& ws = aw.worker(omp_get_thread_num());
     const int h = int(job / p.n_row_blocks), rb = int(job % p.n_row_blocks);
@@ -339,7 +344,6 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
     const int h = int(job / p.n_row_blocks), rb = int(job % p.n_row_blocks);
     merge_and_write(p, partials.data() + size_t(job) * size_t(p.n_chunks), value_codec(h), h, rb, out);
   });
-  step.trim(kKeptStepBytes);
 }
 
 }  // namespace vq::kv

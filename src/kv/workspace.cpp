@@ -23,11 +23,14 @@ void* Workspace::bytes(Slot slot, size_t n) {
 }
 
 void Workspace::trim(size_t max_bytes) {
-  for (Buffer& b : buffers_) {
-    if (b.size > max_bytes) {
-      b.data.reset();
-      b.size = 0;
-    }
+  for (int slot = 0; slot < kSlots; ++slot) trim(Slot(slot), max_bytes);
+}
+
+void Workspace::trim(Slot slot, size_t max_bytes) {
+  Buffer& b = buffers_[size_t(slot)];
+  if (b.size > max_bytes) {
+    b.data.reset();
+    b.size = 0;
   }
 }
 

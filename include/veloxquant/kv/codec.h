@@ -43,6 +43,8 @@ class Workspace {
   }
   // Frees every buffer larger than max_bytes (a long prefill's need is not kept for a lifetime).
   void trim(size_t max_bytes);
+  // Frees the slot's buffer where it is larger than max_bytes.
+  void trim(Slot slot, size_t max_bytes);
 
  private:
   static constexpr size_t kAlign = 64;
