@@ -300,10 +300,8 @@ void LayerCache::attend(const float* q, int n_q, int n_q_heads, const int64_t* q
   std::vector<HeadView> views(static_cast<size_t>(H));
   Workspace& step = aw.step();
   const size_t qs_floats = size_t(H) * p.rows_total * d, states_floats = p.state_at.back();
-  step.trim(Workspace::kAttendQueries, std::max(kKeptStepBytes, 2 * sizeof(float) * qs_floats));
-  step.trim(Workspace::kAttendStates, std::max(kKeptStepBytes, 2 * sizeof(float) * states_floats));
-  float* const qs = step.get<float>(Workspace::kAttendQueries, qs_floats);
-  float* const states = step.get<float>(Workspace::kAttendStates, states_floats);
+  float* const qs = step.get_fitted<float>(Workspace::kAttendQueries, qs_floats, kKeptStepBytes);
+  float* const states = step.get_fitted<float>(Workspace::kAttendStates, states_floats, kKeptStepBytes);
   parallel_for(int64_t(H) * p.n_row_blocks, [&](int64_t job) {
     Workspace& ws = aw.worker(omp_get_thread_num());
     const int h = int(job / p.n_row_blocks), rb = int(job % p.n_row_blocks);

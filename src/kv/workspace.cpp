@@ -22,10 +22,6 @@ void* Workspace::bytes(Slot slot, size_t n) {
   return b.data.get();
 }
 
-void Workspace::trim(size_t max_bytes) {
-  for (int slot = 0; slot < kSlots; ++slot) trim(Slot(slot), max_bytes);
-}
-
 void Workspace::trim(Slot slot, size_t max_bytes) {
   Buffer& b = buffers_[size_t(slot)];
   if (b.size > max_bytes) {

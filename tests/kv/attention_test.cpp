@@ -289,8 +289,10 @@ TEST(Attention, WorkspaceSlotsAreSeparateAndAligned) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
   EXPECT_EQ(ws.get<float>(Workspace::kCodec0, 50), a);  // smaller: the same buffer
-  ws.trim(0);
-  EXPECT_NE(ws.get<float>(Workspace::kCodec0, 1), nullptr);
+  EXPECT_EQ(ws.get_fitted<float>(Workspace::kCodec0, 50, 512), a);  // within what it may keep
+  float* c = ws.get_fitted<float>(Workspace::kCodec0, 1, 0);  // larger than twice the need: a new one
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % 64, 0u);
 }
 
 }  // namespace

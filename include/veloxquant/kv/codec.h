@@ -7,6 +7,7 @@
 // run lives in block i / block_tokens() at slot i % block_tokens().
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -41,14 +42,19 @@ class Workspace {
     static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= kAlign);
     return static_cast<T*>(bytes(slot, n * sizeof(T)));
   }
-  // Frees every buffer larger than max_bytes (a long prefill's need is not kept for a lifetime).
-  void trim(size_t max_bytes);
-  // Frees the slot's buffer where it is larger than max_bytes.
-  void trim(Slot slot, size_t max_bytes);
+  // As get, but first frees the slot's buffer where it is larger than both keep_bytes and twice
+  // the need: a long prefill's buffer serves the calls of a similar size after it and is not
+  // kept for a lifetime of short ones.
+  template <typename T>
+  T* get_fitted(Slot slot, size_t n, size_t keep_bytes) {
+    trim(slot, std::max(keep_bytes, 2 * n * sizeof(T)));
+    return get<T>(slot, n);
+  }
 
  private:
   static constexpr size_t kAlign = 64;
   void* bytes(Slot slot, size_t n);
+  void trim(Slot slot, size_t max_bytes);  // frees the slot's buffer where it is larger
   struct Free {
     void operator()(void* p) const;
   };
