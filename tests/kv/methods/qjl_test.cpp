@@ -65,6 +65,26 @@ TEST(Method_qjl, LaneKeysWithOutliersOnEveryTarget) {
   }
 }
 
+// With many query rows (prefill) the outlier channels' share comes from the keys' side: equal to
+// the reference, and the same bits on every target, over a range that starts and ends inside a
+// group; few rows take the tables (above), many rows the keys' side, both held to the reference.
+TEST(Method_qjl, ManyRowsTakeTheOutlierShareFromTheKeys) {
+  for (const char* spec : {"qjl", "qjl:m=128,om=64,outliers=6,group=48,seed=4", "qjl:m=64,outliers=11,group=16"}) {
+    SCOPED_TRACE(spec);
+    for (int d : {64, 128}) {
+      for (Data kind : {Data::kGaussian, Data::kOutliers}) {
+        check_fused_equals_reference(parse_method(spec), CodecContext{d, 3}, kind, 77 + uint64_t(d), 96, 40, 1e-5,
+                                     fixed_point_tol(d));
+      }
+    }
+    const int d = 128, n_q = 40, n = 144;
+    const auto kc = parse_method(spec).keys().key_codec(CodecContext{d, 2});
+    const auto q = make_data(Data::kGaussian, n_q, d, 31);
+    const Encoded e = encode_run(*kc, make_data(Data::kOutliers, n, d, 32), 0);
+    EXPECT_GE(scores_on_every_target(*kc, prepare_queries(*kc, q, n_q), n_q, e, 7, e.tokens - 5, [](const auto&) {}), 2);
+  }
+}
+
 // Outlier indices outside the head or repeated (a crafted saved cache) are read safely, in the row
 // layout (group 8) and the lane layout (group 16). The values are KIVI's lane codecs, whose
 // weights are held in 16-bit fixed point: over one block of 16 tokens that is within 1e-3 of the

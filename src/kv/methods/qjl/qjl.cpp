@@ -398,15 +398,27 @@ class QjlOutlierLaneKeyCodec final : public KeyCodec {
   // The query itself (its outlier channels' coefficients, per group) and the nibble table of its
   // sketch S q with the inlier levels.
   size_t query_state_floats() const override { return size_t(d_) + 4 * size_t(m_); }
-  void prepare_query(const float* q, float* state, Workspace&) const override {
-    std::copy_n(q, d_, state);
-    std::vector<float> sq(2 * size_t(m_));  // not a workspace slot: scores' slots are the codec's
-    sketch_.project(q, m_, sq.data());
-    qjl::query_tables(sq.data(), m_, c_in_, state + d_, sq.data() + m_);
+  // One row is a block of one (prepare_queries below).
+  void prepare_query(const float* q, float* state, Workspace& ws) const override {
+    prepare_queries(q, 0, 1, state, 0, ws);
+  }
+  // The rows' sketches S q several per pass over S (each with a single row's bits), then each
+  // row's tables.
+  void prepare_queries(const float* q, size_t q_stride, int n, float* states, size_t state_stride,
+                       Workspace& ws) const override {
+    float* const sq = ws.get<float>(Workspace::kCodec0, size_t(n) * m_);
+    float* const scratch = ws.get<float>(Workspace::kCodec1, size_t(m_));
+    sketch_.project_rows(q, q_stride, n, sq, size_t(m_));
+    for (int r = 0; r < n; ++r) {
+      float* state = states + size_t(r) * state_stride;
+      std::copy_n(q + size_t(r) * q_stride, d_, state);
+      qjl::query_tables(sq + size_t(r) * m_, m_, c_in_, state + d_, scratch);
+    }
   }
 
-  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1, float* out,
+  void scores(const float* states, int n_q, const uint8_t* blocks, int64_t pos0, int64_t i0, int64_t i1, float* out,
               size_t out_stride, Workspace& ws) const override {
+    if (n_q >= kKeySideRows) return scores_many_rows(states, n_q, blocks, pos0, i0, i1, out, out_stride, ws);
     const size_t qs = query_state_floats(), tc = 4 * size_t(m_), to = 4 * size_t(om_);
     float* const tab_out = ws.get<float>(Workspace::kCodec0, size_t(n_q) * to);
     float* const tab_corr = om_ == m_ ? tab_out : ws.get<float>(Workspace::kCodec1, size_t(n_q) * tc);
@@ -446,6 +458,67 @@ class QjlOutlierLaneKeyCodec final : public KeyCodec {
   }
 
  private:
+  // From this many query rows on, the outlier channels' share of a score is taken from the keys'
+  // side: per group, each token's estimate on those channels (a few columns of S against its two
+  // sign vectors), which every row then reads with one product per channel, instead of two nibble
+  // tables and two more table passes per row and group. The same estimator's linear form, rounded
+  // in another order (the codec harness holds both to the reference); decode steps (a KV head's
+  // few query rows) keep the tables, which cost less than the keys' side for few rows.
+  static constexpr int kKeySideRows = 16;
+
+  // score = <S q, signs_in>-part over every channel (the inlier table pass) + sum over the group's
+  // outlier channels c of q_c * (x_out,t[c] - x_in,t[c]), where x_in,t and x_out,t are token t's
+  // two parts decoded (scale * level * S^T signs over the part's rows): the inlier part's
+  // estimate belongs to the other channels, the outlier part's to these.
+  void scores_many_rows(const float* states, int n_q, const uint8_t* blocks, int64_t, int64_t i0, int64_t i1,
+                        float* out, size_t out_stride, Workspace& ws) const {
+    const size_t qs = query_state_floats();
+    const int K = std::max(K_, 1);
+    float* const sums = ws.get<float>(Workspace::kCodec0, 2 * size_t(K) * kTurboBlockTokens);
+    float* const weights = ws.get<float>(Workspace::kCodec1, size_t(K) * G_);  // [channel][token of the group]
+    float* const acc = ws.get<float>(Workspace::kCodec2, size_t(G_));
+    int* const chans = ws.get<int>(Workspace::kCodec4, size_t(K));
+    const float** const cols = ws.get<const float*>(Workspace::kCodec6, size_t(K));
+    float* const sums_out = sums + size_t(K) * kTurboBlockTokens;
+    for (int64_t i = i0; i < i1;) {
+      const int64_t b = i / G_;
+      const int t0 = int(i % G_), t1 = int(std::min<int64_t>(G_, t0 + (i1 - i)));
+      const uint8_t* block = blocks + size_t(b) * block_bytes();
+      const int n_chans = head_.channels(block, chans);
+      float* dst = out + (i - i0);
+      in_.scores(states + d_, qs, n_q, block + head_.bytes(), sub_, t0, t1, dst, out_stride);
+      if (n_chans > 0) {
+        for (int k = 0; k < n_chans; ++k) cols[k] = sketch_.column(chans[k]);
+        for (int s = t0 / kTurboBlockTokens; s * kTurboBlockTokens < t1; ++s) {
+          const uint8_t* sub = sub_block(block, s);
+          const uint8_t* sub_out = sub + in_.bytes();
+          qjl::sign_column_sums(in_.words(sub), m_, cols, n_chans, sums);
+          qjl::sign_column_sums(out_.words(sub_out), om_, cols, n_chans, sums_out);
+          const int u0 = s * kTurboBlockTokens;
+          for (int t = std::max(t0, u0); t < std::min(t1, u0 + kTurboBlockTokens); ++t) {
+            const float si = c_in_ * in_.scale(sub, t - u0), so = c_out_ * out_.scale(sub_out, t - u0);
+            for (int k = 0; k < n_chans; ++k) {
+              const size_t at = size_t(k) * kTurboBlockTokens + size_t(t - u0);
+              weights[size_t(k) * G_ + size_t(t)] = so * sums_out[at] - si * sums[at];
+            }
+          }
+        }
+        for (int r = 0; r < n_q; ++r) {
+          const float* q = states + size_t(r) * qs;  // the state begins with the query
+          std::fill(acc + t0, acc + t1, 0.0f);
+          for (int k = 0; k < n_chans; ++k) {
+            const float qc = q[chans[k]];
+            const float* w = weights + size_t(k) * G_;
+            for (int t = t0; t < t1; ++t) acc[t] += qc * w[t];
+          }
+          float* row = dst + size_t(r) * out_stride - t0;
+          for (int t = t0; t < t1; ++t) row[t] += acc[t];
+        }
+      }
+      i += t1 - t0;
+    }
+  }
+
   uint8_t* sub_block(uint8_t* block, int s) const { return block + head_.bytes() + size_t(s) * sub_; }
   const uint8_t* sub_block(const uint8_t* block, int s) const { return block + head_.bytes() + size_t(s) * sub_; }
 

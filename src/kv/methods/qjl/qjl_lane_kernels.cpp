@@ -176,6 +176,38 @@ void TransposedAdd(const float* HWY_RESTRICT st, int m, int d, const float* HWY_
   }
 }
 
+// Tokens in the lanes, eight columns at a time (a short last pass repeats its first column and
+// drops the sums): each channel's bit of the tokens' words becomes a sign bit, set where the bit
+// is clear, that an exclusive or puts on the column's entry; only exact negations and sums in
+// order, so every target gives the same bits.
+void SignColumnSums(const uint8_t* HWY_RESTRICT words, int rows, const float* const* cols, int n_cols,
+                    float* HWY_RESTRICT out) {
+  const DF df;
+  const DU du;
+  const int N = int(hn::Lanes(df));
+  constexpr int kCols = 8, kTokens = 16;
+  for (int k0 = 0; k0 < n_cols; k0 += kCols) {
+    const float* c[kCols];
+    for (int k = 0; k < kCols; ++k) c[k] = cols[k0 + k < n_cols ? k0 + k : k0];
+    for (int t0 = 0; t0 < kTokens; t0 += N) {
+      hn::Vec<DF> acc[kCols];
+      for (int k = 0; k < kCols; ++k) acc[k] = hn::Zero(df);
+      for (int g = 0; g < rows / 32; ++g) {
+        auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(words) + size_t(g) * kTokens + size_t(t0));
+        for (int b = 0; b < 32; ++b) {
+          const auto neg = hn::BitCast(df, hn::ShiftLeft<31>(hn::Not(w)));
+          w = hn::ShiftRight<1>(w);
+          const int j = 32 * g + b;
+          for (int k = 0; k < kCols; ++k) acc[k] = hn::Add(acc[k], hn::Xor(hn::Set(df, c[k][j]), neg));
+        }
+      }
+      for (int k = 0; k < kCols && k0 + k < n_cols; ++k) {
+        hn::StoreU(acc[k], df, out + size_t(k0 + k) * kTokens + size_t(t0));
+      }
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv::qjl
 HWY_AFTER_NAMESPACE();
@@ -187,6 +219,11 @@ HWY_EXPORT(OutlierGroupTables);
 HWY_EXPORT(ProjectColumns);
 HWY_EXPORT(TransposedAdd);
 HWY_EXPORT(ProjectColumnsRows);
+HWY_EXPORT(SignColumnSums);
+
+void sign_column_sums(const uint8_t* words, int rows, const float* const* cols, int n_cols, float* out) {
+  HWY_DYNAMIC_DISPATCH(SignColumnSums)(words, rows, cols, n_cols, out);
+}
 
 void project_columns_rows(const float* st, int m, int d, const float* xs, size_t x_stride, int n_x, int rows,
                           float* out, size_t out_stride) {

@@ -38,4 +38,10 @@ void query_tables(const float* w, int m, float c, float* tab, float* scratch);
 void outlier_group_tables(int m, int om, const float* const* cols, const float* coefs, int n_cols, float c_in,
                           float c_out, float* tab_corr, float* tab_out, float* scratch);
 
+// For the 16 tokens of a key part at one bit (turbo_lanes.h; words: its code words, rows = its
+// channels, a multiple of 32): out[k * 16 + t] = the sum over j < rows, in order, of
+// (bit j of token t ? +1 : -1) * cols[k][j], rounded in float; every target gives the same bits.
+// The tokens' sign vectors against a few columns of S, before their scales and levels.
+void sign_column_sums(const uint8_t* words, int rows, const float* const* cols, int n_cols, float* out);
+
 }  // namespace vq::kv::qjl

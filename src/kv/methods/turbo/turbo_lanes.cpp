@@ -89,6 +89,10 @@ void TurboLanePart::decode(const uint8_t* part, float* x) const {
   }
 }
 
+float TurboLanePart::scale(const uint8_t* part, int t) const { return LaneLayout(d_, bits_).scale(part, t); }
+
+const uint8_t* TurboLanePart::words(const uint8_t* part) const { return part + kScaleBytes; }
+
 size_t TurboLanePart::query_state_floats() const {
   return fixed_ ? size_t(d_) / 2 + 1 : size_t(d_) * (tables_ ? 4 : 1);
 }

@@ -61,6 +61,10 @@ class TurboLanePart {
   int code(const uint8_t* part, int t, int c) const;
   // The 16 tokens, x = scale * level(code), d floats each.
   void decode(const uint8_t* part, float* x) const;
+  // Token t's scale, and where the code words begin, in a key part (the layout above; a codec's
+  // own kernel reads them, as QJL's keys do with many query rows).
+  float scale(const uint8_t* part, int t) const;
+  const uint8_t* words(const uint8_t* part) const;
 
   // Keys: the prepared query (query_state_floats), and the scores of rows state_stride apart.
   size_t query_state_floats() const;
