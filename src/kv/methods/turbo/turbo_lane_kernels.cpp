@@ -4,7 +4,9 @@
 #define HWY_TARGET_INCLUDE "src/kv/methods/turbo/turbo_lane_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -342,6 +344,66 @@ void TurboLanesAccumulate(int bits, const float* w, size_t w_stride, int n_q, co
   WithBits(bits, [&](auto b) { AccumulateT<b()>(w, w_stride, n_q, blocks, bb, d, i0, i1, table16, acc, acc_stride); });
 }
 
+// TurboLanePart::prepare_query's per-row work, a vector at a time with its operations (separate
+// products and sums, in its order), so every target gives its bits.
+
+// tab[16 k + i] = ((0 + q[4k] l(i, 0)) + q[4k + 1] l(i, 1)) + ... with l(i, j) = table16[bit j of i].
+void TurboNibbleTables(const float* HWY_RESTRICT q, int d, const float* HWY_RESTRICT table16,
+                       float* HWY_RESTRICT tab) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  alignas(64) float levels[4][16];
+  for (int j = 0; j < 4; ++j) {
+    for (int i = 0; i < 16; ++i) levels[j][i] = table16[(i >> j) & 1];
+  }
+  for (int h = 0; h < 16; h += N) {
+    const auto l0 = hn::Load(df, levels[0] + h), l1 = hn::Load(df, levels[1] + h);
+    const auto l2 = hn::Load(df, levels[2] + h), l3 = hn::Load(df, levels[3] + h);
+    for (int k = 0; k < d / 4; ++k) {
+      const float* x = q + 4 * k;
+      auto t = hn::Add(hn::Zero(df), hn::Mul(hn::Set(df, x[0]), l0));
+      t = hn::Add(t, hn::Mul(hn::Set(df, x[1]), l1));
+      t = hn::Add(t, hn::Mul(hn::Set(df, x[2]), l2));
+      t = hn::Add(t, hn::Mul(hn::Set(df, x[3]), l3));
+      hn::StoreU(t, df, tab + 16 * size_t(k) + size_t(h));
+    }
+  }
+}
+
+// max |q[c]| over c < d, or NaN when a value is not finite (max is exact in any order).
+float TurboAbsMaxIfFinite(const float* HWY_RESTRICT q, int d) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  auto top = hn::Zero(df);
+  auto finite = hn::Eq(top, top);
+  int c = 0;
+  for (; c + N <= d; c += N) {
+    const auto v = hn::LoadU(df, q + c);
+    finite = hn::And(finite, hn::IsFinite(v));
+    top = hn::Max(top, hn::Abs(v));
+  }
+  float t = hn::GetLane(hn::MaxOfLanes(df, top));
+  bool ok = hn::AllTrue(df, finite);
+  for (; c < d; ++c) {
+    ok = ok && std::isfinite(q[c]);
+    t = std::max(t, std::fabs(q[c]));
+  }
+  return ok ? t : std::numeric_limits<float>::quiet_NaN();
+}
+
+// out[c] = int16(lrint(q[c] * scale)) (rounded to nearest, ties to even), |q[c] * scale| < 2^15.
+void TurboToFixed16(const float* HWY_RESTRICT q, int d, float scale, int16_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int16_t, decltype(df)> d16;
+  const int N = int(hn::Lanes(df));
+  const auto s = hn::Set(df, scale);
+  int c = 0;
+  for (; c + N <= d; c += N) {
+    hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(hn::LoadU(df, q + c), s))), d16, out + c);
+  }
+  for (; c < d; ++c) out[c] = int16_t(std::lrint(q[c] * scale));
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace vq::kv
 HWY_AFTER_NAMESPACE();
@@ -351,6 +413,19 @@ namespace vq::kv::turbo_lanes {
 HWY_EXPORT(TurboLanesScores);
 HWY_EXPORT(TurboLanesTableScores);
 HWY_EXPORT(TurboLanesAccumulate);
+HWY_EXPORT(TurboNibbleTables);
+HWY_EXPORT(TurboAbsMaxIfFinite);
+HWY_EXPORT(TurboToFixed16);
+
+void nibble_tables(const float* q, int d, const float* table16, float* tab) {
+  HWY_DYNAMIC_DISPATCH(TurboNibbleTables)(q, d, table16, tab);
+}
+
+float abs_max_if_finite(const float* q, int d) { return HWY_DYNAMIC_DISPATCH(TurboAbsMaxIfFinite)(q, d); }
+
+void to_fixed16(const float* q, int d, float scale, int16_t* out) {
+  HWY_DYNAMIC_DISPATCH(TurboToFixed16)(q, d, scale, out);
+}
 
 void scores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int d,
             int64_t i0, int64_t i1, const float* table16, float* out, size_t out_stride) {

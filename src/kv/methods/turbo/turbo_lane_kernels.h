@@ -16,6 +16,13 @@ void scores(int bits, bool add, const float* q, int n_q, size_t qs, const uint8_
 // The same at one bit from the queries' nibble tables (states, qs floats apart; n_words = d / 32).
 void table_scores(bool add, const float* states, int n_q, size_t qs, const uint8_t* blocks, size_t bb, int n_words,
                   int64_t i0, int64_t i1, float* out, size_t out_stride);
+// A query row's preparation (TurboLanePart::prepare_query), with its scalar form's bits: the
+// nibble tables at one bit (tab: 4 d floats); max |q| over d values, or NaN when one is not
+// finite; out[c] = int16(lrint(q[c] * scale)) for |q[c] * scale| < 2^15.
+void nibble_tables(const float* q, int d, const float* table16, float* tab);
+float abs_max_if_finite(const float* q, int d);
+void to_fixed16(const float* q, int d, float scale, int16_t* out);
+
 // Keys at 2 to 4 bits with d a multiple of 32 score in 16-bit fixed point
 // (turbo_fixed_kernels.cpp). A query row's state is d / 2 words, one per pair of channels (pair p
 // of group g at word 16 g + p: the query at channel 32 g + pair_lo(bits, p) in its low 16 bits,

@@ -22,6 +22,7 @@ namespace {
 constexpr int kSub = 16;
 constexpr int kGroup = LaneWords::kGroup;
 constexpr size_t kScaleBytes = kSub * 2;
+constexpr int kMaxPartDim = 4096;  // a part's channels (its query state is prepared on the stack)
 
 // The block layout, scalar: the encoder and the plain reference decode. The 16 fp16 scales,
 // then the code words.
@@ -105,14 +106,16 @@ size_t TurboLanePart::query_state_floats() const {
 // and a NaN unit, so its scores are NaN, as the float kernel's would be.
 void TurboLanePart::prepare_query(const float* q, float* state) const {
   if (fixed_) {
-    float top = 0.0f;
-    bool finite = true;
-    for (int c = 0; c < d_; ++c) {
-      finite = finite && std::isfinite(q[c]);
-      top = std::max(top, std::fabs(q[c]));
-    }
+    const float top = turbo_lanes::abs_max_if_finite(q, d_);
+    const bool finite = !std::isnan(top);
     const float to_fixed = finite && top > 0.0f ? float(turbo_lanes::kFixedQuery) / top : 0.0f;
-    const auto fixed = [&](int c) { return uint32_t(uint16_t(int16_t(std::lrint(q[c] * to_fixed)))); };
+    int16_t values[kMaxPartDim];
+    if (finite) {
+      turbo_lanes::to_fixed16(q, d_, to_fixed, values);
+    } else {
+      std::fill_n(values, d_, int16_t(0));
+    }
+    const auto fixed = [&](int c) { return uint32_t(uint16_t(values[c])); };
     for (int g = 0; g < d_ / kGroup; ++g) {
       for (int p = 0; p < kGroup / 2; ++p) {
         const uint32_t word = fixed(g * kGroup + turbo_lanes::pair_lo(bits_, p)) |
@@ -128,13 +131,7 @@ void TurboLanePart::prepare_query(const float* q, float* state) const {
     std::copy_n(q, d_, state);
     return;
   }
-  for (int k = 0; k < d_ / 4; ++k) {
-    for (int i = 0; i < 16; ++i) {
-      float sum = 0.0f;
-      for (int j = 0; j < 4; ++j) sum += q[4 * k + j] * table16_[size_t((i >> j) & 1)];
-      state[size_t(k) * 16 + size_t(i)] = sum;
-    }
-  }
+  turbo_lanes::nibble_tables(q, d_, table16_.data(), state);
 }
 
 void TurboLanePart::scores(const float* states, size_t state_stride, int n_q, const uint8_t* blocks, size_t stride,
@@ -236,10 +233,12 @@ class TurboLaneValueCodec final : public TurboLaneBlockCodec<ValueCodec> {
 
 }  // namespace
 
-bool turbo_lanes_apply(int d, int bits) { return bits >= 1 && bits <= 4 && d % kGroup == 0 && d > 0 && d <= 4096; }
+bool turbo_lanes_apply(int d, int bits) {
+  return bits >= 1 && bits <= 4 && d % kGroup == 0 && d > 0 && d <= kMaxPartDim;
+}
 
 bool turbo_lane_part_applies(int d, int bits) {
-  return turbo_lanes_apply(d, bits) || (bits >= 2 && bits <= 4 && d > 0 && d <= 4096);
+  return turbo_lanes_apply(d, bits) || (bits >= 2 && bits <= 4 && d > 0 && d <= kMaxPartDim);
 }
 
 std::unique_ptr<KeyCodec> make_turbo_key_codec(TurboRows rows, bool fixed_point) {
