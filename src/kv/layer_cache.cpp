@@ -92,6 +92,12 @@ void LayerCache::append(const float* k, const float* v, int n) {
     }
     return [&codec](const float* x, int64_t p, int, uint8_t* b) { codec.encode(x, p, b); };
   };
+  const auto run_encoder = [](const auto& codec) -> RunEncoder {
+    if (!codec.encodes_single_tokens()) return nullptr;
+    return [&codec](const float* x, int64_t p, int slot, int count, uint8_t* b) {
+      codec.encode_tokens(x, p, slot, count, b);
+    };
+  };
   // Each head (and K vs V) is independent: encoding runs in parallel over 2*H streams.
   parallel_for(2 * H, [&](int64_t job) {
     const int h = int(job / 2);
@@ -99,7 +105,8 @@ void LayerCache::append(const float* k, const float* v, int n) {
     TokenStream& s = is_key ? *keys_[h] : *values_[h];
     const float* src = is_key ? k : v;
     const BlockEncoder enc = is_key ? encoder(key_codec(h)) : encoder(value_codec(h));
-    for (int i = 0; i < n; ++i) s.push(src + (size_t(i) * H + h) * d, enc);
+    const RunEncoder run = is_key ? run_encoder(key_codec(h)) : run_encoder(value_codec(h));
+    s.push_run(src + size_t(h) * d, size_t(H) * d, n, enc, run);
   });
   n_tokens_ += n;
 }

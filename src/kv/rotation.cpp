@@ -40,6 +40,11 @@ class RotatedCodec : public Base {
     rot_.forward(r.data());
     inner_->encode_token(r.data(), pos, slot, block);
   }
+  void encode_tokens(const float* x, int64_t pos0, int slot, int n, uint8_t* block) const override {
+    std::vector<float> r(x, x + size_t(n) * head_dim());
+    rotate_rows(rot_, r.data(), n, head_dim(), false);
+    inner_->encode_tokens(r.data(), pos0, slot, n, block);
+  }
   void decode(const uint8_t* block, int64_t pos0, float* x) const override {
     inner_->decode(block, pos0, x);
     rotate_rows(rot_, x, block_tokens(), head_dim(), true);

@@ -50,14 +50,40 @@ void TokenStream::flush(const BlockEncoder& encode) {
   }
   const int64_t b = n_comp_ / block_tokens_;
   const int slot = int(n_comp_ % block_tokens_);
-  const int64_t in_page = (b - first_block_) % blocks_per_page_;
-  // Pages start zeroed: the unfilled slots of a partly written block hold zeros.
-  if (in_page == 0 && slot == 0) pages_.emplace_back(size_t(blocks_per_page_) * block_bytes_);
-  uint8_t* block = pages_.back().data() + size_t(in_page) * block_bytes_;
-  encode(scratch_.data(), block_pos(b) + slot, slot, block);
+  encode(scratch_.data(), block_pos(b) + slot, slot, block_for_next());
   n_comp_ += step_;
   win_start_ = (win_start_ + step_) % cap;
   win_count_ -= step_;
+}
+
+uint8_t* TokenStream::block_for_next() {
+  const int64_t b = n_comp_ / block_tokens_;
+  const int slot = int(n_comp_ % block_tokens_);
+  const int64_t in_page = (b - first_block_) % blocks_per_page_;
+  // Pages start zeroed: the unfilled slots of a partly written block hold zeros.
+  if (in_page == 0 && slot == 0) pages_.emplace_back(size_t(blocks_per_page_) * block_bytes_);
+  return pages_.back().data() + size_t(in_page) * block_bytes_;
+}
+
+void TokenStream::push_run(const float* x, size_t x_stride, int n, const BlockEncoder& encode, const RunEncoder& run) {
+  int i = 0;
+  for (; i < n && (n_sink_ < sinks_capacity_ || step_ != 1 || keep_ > 0 || !run); ++i) {
+    push(x + size_t(i) * x_stride, encode);
+  }
+  while (i < n) {
+    const int slot = int(n_comp_ % block_tokens_);
+    const int r = int(std::min<int64_t>(n - i, block_tokens_ - slot));
+    scratch_.resize(std::max(scratch_.size(), size_t(r) * d_));
+    run_half_.resize(size_t(d_));
+    for (int t = 0; t < r; ++t) {
+      f32_to_f16(x + size_t(i + t) * x_stride, run_half_.data(), size_t(d_));
+      f16_to_f32(run_half_.data(), scratch_.data() + size_t(t) * d_, size_t(d_));
+    }
+    uint8_t* block = block_for_next();
+    run(scratch_.data(), block_pos(n_comp_ / block_tokens_) + slot, slot, r, block);
+    n_comp_ += r;
+    i += r;
+  }
 }
 
 void TokenStream::evict_before(int64_t pos) {

@@ -29,6 +29,10 @@ struct Segment {
 // block (step == block_tokens, slot 0) or a single token into its slot (step == 1).
 using BlockEncoder = std::function<void(const float* x, int64_t pos0, int slot, uint8_t* block)>;
 
+// Writes n tokens x (head_dim floats each, from position pos0) into slots slot.. of `block`
+// (a codec's encode_tokens).
+using RunEncoder = std::function<void(const float* x, int64_t pos0, int slot, int n, uint8_t* block)>;
+
 class TokenStream {
  public:
   // step: tokens leaving the window at a time, block_tokens (whole blocks) or 1 (codecs that
@@ -50,6 +54,10 @@ class TokenStream {
   // Appends the token at the next position; flushes the window's oldest `step` tokens through
   // `encode` when the window holds keep + step.
   void push(const float* x, const BlockEncoder& encode);
+  // push for n tokens (x_stride floats apart). Where tokens leave one at a time and nothing stays
+  // in fp16 after the sinks (step 1, no window), the tokens that share a block go to `run` at
+  // once, rounded through fp16 as the window would: the same bytes as n pushes.
+  void push_run(const float* x, size_t x_stride, int n, const BlockEncoder& encode, const RunEncoder& run);
   // Frees whole pages whose tokens all lie before position `pos` (sliding-window layers).
   void evict_before(int64_t pos);
   void clear();
@@ -72,6 +80,7 @@ class TokenStream {
  private:
   int64_t block_pos(int64_t b) const { return sinks_capacity_ + b * block_tokens_; }
   void flush(const BlockEncoder& encode);
+  uint8_t* block_for_next();  // the block the next compressed token goes to (a new page at need)
 
   int d_, block_tokens_, keep_, sinks_capacity_, step_;
   size_t block_bytes_;
@@ -84,6 +93,7 @@ class TokenStream {
   AlignedBuffer<uint16_t> window_;  // ring of keep + step rows
   int64_t win_start_ = 0, win_count_ = 0;
   std::vector<float> scratch_;
+  std::vector<uint16_t> run_half_;
 };
 
 }  // namespace vq::kv

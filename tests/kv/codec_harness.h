@@ -268,6 +268,12 @@ inline void check_single_token_encode(const Method& m, const CodecContext& ctx) 
     c.encode(x.data(), 32, whole.data());
     for (int t = 0; t < B; ++t) c.encode_token(x.data() + size_t(t) * d, 32 + t, t, slots.data());
     EXPECT_EQ(whole, slots) << spec << " d=" << d;
+    // And in runs of several tokens (a prompt's tokens reach the codec so).
+    std::vector<uint8_t> runs(c.block_bytes(), 0);
+    const int cut = std::max(1, B / 3);
+    c.encode_tokens(x.data(), 32, 0, cut, runs.data());
+    if (cut < B) c.encode_tokens(x.data() + size_t(cut) * d, 32 + cut, cut, B - cut, runs.data());
+    EXPECT_EQ(whole, runs) << spec << " d=" << d << " (runs)";
   };
   check(*kc, 5);
   check(*vc, 6);

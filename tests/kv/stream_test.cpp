@@ -95,5 +95,52 @@ TEST(TokenStream, SingleTokenStepFillsBlocksSlotBySlot) {
   EXPECT_EQ(segs[1].blocks[18], 0);  // not yet written: zero
 }
 
+// A prompt's tokens pushed as runs reach a single-token codec in runs that share a block, rounded
+// through fp16 as when pushed one by one: the same values, positions, slots and bytes, across
+// blocks and pages, after a sink that takes its token on its own.
+TEST(TokenStream, RunsEncodeAsSingleTokensDo) {
+  const int d = 2, n = 23, stride = 3 * d;  // rows stride apart, as one head among others
+  std::vector<float> x(size_t(n) * stride);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * float(i) + 1e-4f;  // not exact in fp16
+  using Seen = std::vector<std::vector<float>>;
+  Seen seen_one, seen_run;
+  std::vector<int> runs;
+  const auto encoder = [](Seen* seen) -> BlockEncoder {
+    return [seen](const float* t, int64_t pos, int slot, uint8_t* block) {
+      seen->push_back({t[0], t[1], float(pos), float(slot)});
+      block[slot] = uint8_t(1 + seen->size());
+    };
+  };
+  const RunEncoder run = [&](const float* t, int64_t pos0, int slot, int count, uint8_t* block) {
+    runs.push_back(count);
+    for (int i = 0; i < count; ++i) {
+      seen_run.push_back({t[i * d], t[i * d + 1], float(pos0 + i), float(slot + i)});
+      block[slot + i] = uint8_t(1 + seen_run.size());
+    }
+  };
+  TokenStream one(d, 4, 4, 0, 1, 1, 8), many(d, 4, 4, 0, 1, 1, 8);
+  for (int i = 0; i < n; ++i) one.push(x.data() + size_t(i) * stride, encoder(&seen_one));
+  many.push_run(x.data(), stride, 6, encoder(&seen_run), run);
+  many.push_run(x.data() + 6 * stride, stride, n - 6, encoder(&seen_run), run);
+  EXPECT_EQ(seen_one.size(), size_t(n - 1));  // the sink is kept, not encoded
+  EXPECT_EQ(seen_run, seen_one);
+  EXPECT_EQ(runs, (std::vector<int>{4, 1, 3, 4, 4, 4, 2}));
+  std::vector<Segment> a, b;
+  one.segments(&a);
+  many.segments(&b);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].compressed, b[i].compressed);
+    ASSERT_EQ(a[i].pos_begin, b[i].pos_begin);
+    ASSERT_EQ(a[i].pos_end, b[i].pos_end);
+    const int64_t count = a[i].pos_end - a[i].pos_begin;
+    if (a[i].compressed) {
+      EXPECT_EQ(std::vector<uint8_t>(a[i].blocks, a[i].blocks + count), std::vector<uint8_t>(b[i].blocks, b[i].blocks + count));
+    } else {
+      EXPECT_EQ(std::vector<uint16_t>(a[i].half, a[i].half + count * d), std::vector<uint16_t>(b[i].half, b[i].half + count * d));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vq::kv

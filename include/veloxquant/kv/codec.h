@@ -116,6 +116,13 @@ class KeyCodec {
   virtual void encode_token(const float* key, int64_t pos, int slot, uint8_t* block) const {
     encode(key, pos - slot, block);  // block_tokens() == 1
   }
+  // n tokens (head_dim floats each) at positions pos0.. into slots slot.. of one block
+  // (slot + n <= block_tokens()), for a codec that encodes single tokens: the bytes encode_token
+  // writes for each in turn. A codec whose per-token work streams a matrix (a sketch, a basis)
+  // serves several tokens per pass over it; the cache hands a prompt's tokens over in such runs.
+  virtual void encode_tokens(const float* keys, int64_t pos0, int slot, int n, uint8_t* block) const {
+    for (int i = 0; i < n; ++i) encode_token(keys + size_t(i) * size_t(head_dim()), pos0 + i, slot + i, block);
+  }
   // Plain reference decode of a whole block to [block_tokens][head_dim] (tests, debugging).
   virtual void decode(const uint8_t* block, int64_t pos0, float* keys) const = 0;
 
@@ -163,6 +170,9 @@ class ValueCodec {
   virtual bool encodes_single_tokens() const { return block_tokens() == 1; }
   virtual void encode_token(const float* value, int64_t pos, int slot, uint8_t* block) const {
     encode(value, pos - slot, block);  // block_tokens() == 1
+  }
+  virtual void encode_tokens(const float* values, int64_t pos0, int slot, int n, uint8_t* block) const {
+    for (int i = 0; i < n; ++i) encode_token(values + size_t(i) * size_t(head_dim()), pos0 + i, slot + i, block);
   }
   virtual void decode(const uint8_t* block, int64_t pos0, float* values) const = 0;
 

@@ -117,6 +117,17 @@ class SpectralRows {
     spectral::dot16_rows(basis_.data(), d_, xm, d_, z);
     for (int i = 0; i < d_; ++i) z[i] /= sigma_[size_t(i)];
   }
+  // whiten for n rows (x and z: n x d), several per pass over the basis, each with whiten's bits.
+  // xm: n x d floats of scratch.
+  void whiten_rows(const float* x, int n, float* xm, float* z) const {
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j < d_; ++j) xm[size_t(r) * d_ + j] = x[size_t(r) * d_ + j] - mean_[size_t(j)];
+    }
+    spectral::dot16_rows_multi(basis_.data(), d_, xm, size_t(d_), n, d_, z, size_t(d_));
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < d_; ++i) z[size_t(r) * d_ + i] /= sigma_[size_t(i)];
+    }
+  }
   void encode(const float* x, uint8_t* row) const {
     float z[kMaxDim];
     whiten(x, z);
@@ -258,10 +269,15 @@ class SpectralLaneCodec : public Base {
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
     float z[kMaxDim];
-    uint8_t codes[kMaxDim];
     rows_.whiten(x, z);
-    signal_.put(codes, rows_.signal().quantize(z, codes), slot, block);
-    if (noise_) noise_->put(codes, rows_.noise()->quantize(z + rank(), codes), slot, block + signal_.bytes());
+    put_whitened(z, slot, block);
+  }
+  // The tokens whitened several per pass over the basis (whiten's bits), then put one by one.
+  void encode_tokens(const float* x, int64_t, int slot, int n, uint8_t* block) const override {
+    const size_t d = size_t(head_dim());
+    std::vector<float> xm(size_t(n) * d), z(size_t(n) * d);
+    rows_.whiten_rows(x, n, xm.data(), z.data());
+    for (int t = 0; t < n; ++t) put_whitened(z.data() + size_t(t) * d, slot + t, block);
   }
   // The plain reference: each part's z = scale * level(code), then out of the basis.
   void decode(const uint8_t* block, int64_t, float* x) const override {
@@ -284,6 +300,11 @@ class SpectralLaneCodec : public Base {
   const std::optional<TurboLanePart>& noise() const { return noise_; }
 
  private:
+  void put_whitened(const float* z, int slot, uint8_t* block) const {
+    uint8_t codes[kMaxDim];
+    signal_.put(codes, rows_.signal().quantize(z, codes), slot, block);
+    if (noise_) noise_->put(codes, rows_.noise()->quantize(z + rank(), codes), slot, block + signal_.bytes());
+  }
   SpectralRows rows_;
   TurboLanePart signal_;
   std::optional<TurboLanePart> noise_;

@@ -227,15 +227,26 @@ class ProdLanes {
   size_t block_bytes() const { return mse_.bytes() + signs_.bytes(); }
   size_t param_bytes() const { return (levels_.size() + mids_.size()) * sizeof(float) + sketch_.bytes(); }
 
-  void encode_token(const float* x, int slot, uint8_t* block) const {
-    uint8_t codes[4096], bits[4096];
-    std::vector<float> r(static_cast<size_t>(d_)), p(static_cast<size_t>(m_));
-    const MseStage st = code_mse_stage(x, d_, levels_, mids_, codes, r.data());
-    const float coef = f16_to_f32(st.norm) * f16_to_f32(st.residual_norm);
-    sketch_.project(r.data(), m_, p.data());
-    for (int i = 0; i < m_; ++i) bits[i] = p[size_t(i)] > 0.0f ? 1 : 0;  // as qjl::pack_signs
-    mse_.put(codes, st.norm, slot, block);
-    signs_.put(bits, f32_to_f16(std::min(coef, 65504.0f)), slot, block + mse_.bytes());
+  void encode_token(const float* x, int slot, uint8_t* block) const { encode_tokens(x, slot, 1, block); }
+  // n tokens into slots slot..: the residuals' sketches several per pass over S, each with a
+  // single token's bits (qjl_sketch.h).
+  void encode_tokens(const float* x, int slot, int n, uint8_t* block) const {
+    std::vector<uint8_t> codes(size_t(n) * d_);
+    std::vector<MseStage> st(static_cast<size_t>(n));
+    std::vector<float> r(size_t(n) * d_), p(size_t(n) * m_);
+    for (int t = 0; t < n; ++t) {
+      const size_t at = size_t(t) * d_;
+      st[size_t(t)] = code_mse_stage(x + at, d_, levels_, mids_, codes.data() + at, r.data() + at);
+    }
+    sketch_.project_rows(r.data(), size_t(d_), n, p.data(), size_t(m_));
+    uint8_t bits[4096];
+    for (int t = 0; t < n; ++t) {
+      const float coef = f16_to_f32(st[size_t(t)].norm) * f16_to_f32(st[size_t(t)].residual_norm);
+      const float* pt = p.data() + size_t(t) * m_;
+      for (int i = 0; i < m_; ++i) bits[i] = pt[i] > 0.0f ? 1 : 0;  // as qjl::pack_signs
+      mse_.put(codes.data() + size_t(t) * d_, st[size_t(t)].norm, slot + t, block);
+      signs_.put(bits, f32_to_f16(std::min(coef, 65504.0f)), slot + t, block + mse_.bytes());
+    }
   }
   // The 16 tokens' ||x|| u_hat + ||x|| ||r|| sqrt(pi/2)/m S^T sign(S r).
   void decode(const uint8_t* block, float* x) const {
@@ -266,6 +277,9 @@ class ProdLaneCodec : public Base {
   bool encodes_single_tokens() const override { return true; }
   void encode_token(const float* x, int64_t, int slot, uint8_t* block) const override {
     lanes_.encode_token(x, slot, block);
+  }
+  void encode_tokens(const float* x, int64_t, int slot, int n, uint8_t* block) const override {
+    lanes_.encode_tokens(x, slot, n, block);
   }
   void decode(const uint8_t* block, int64_t, float* x) const override { lanes_.decode(block, x); }
 
