@@ -52,6 +52,19 @@ class LaneWords {
     uint8_t* rows = words + tail_offset(d_, bits_);
     for (int j = 0; j < tb; ++j) rows[size_t(j) * kTokens + size_t(t)] = b[j];
   }
+  // Token t's codes of the whole groups (the first d / 32 * 32 channels), each group's words read
+  // once and the codes shifted out of them (a decode of every channel; code locates one).
+  void group_codes(const uint8_t* words, int t, uint8_t* codes) const {
+    for (int g = 0; g < d_ / kGroup; ++g) {
+      uint32_t w[5] = {};  // the group's words, then a zero word for the last code's shift
+      for (int m = 0; m < bits_; ++m) w[m] = load(words, g, m, t);
+      for (int k = 0; k < kGroup; ++k) {
+        const int o = bits_ * k;
+        const uint64_t v = (uint64_t(w[(o >> 5) + 1]) << 32 | w[o >> 5]) >> (o & 31);
+        codes[g * kGroup + k] = uint8_t(v & ((1u << bits_) - 1));
+      }
+    }
+  }
   // Token t's code of channel c.
   int code(const uint8_t* words, int t, int c) const {
     const int g = c / kGroup;

@@ -80,26 +80,19 @@ int TurboLanePart::code(const uint8_t* part, int t, int c) const {
   return signs_ ? sign_lanes::code(part, t, c) : LaneLayout(d_, bits_).code(part, t, c);
 }
 
-// A key part's whole groups read each token's words once and shift the codes out of them (the
+// A key part's whole groups come from each token's words read once (LaneWords::group_codes; the
 // many-row paths decode every tile they score); the tail and the value planes code by code.
 void TurboLanePart::decode(const uint8_t* part, float* x) const {
   const LaneLayout layout(d_, bits_);
-  const int whole = signs_ ? 0 : d_ / kGroup;
-  const uint8_t* words = part + kScaleBytes;
-  const uint32_t mask = (1u << bits_) - 1;
+  const LaneWords words(d_, bits_);
+  const int whole = signs_ ? 0 : d_ / kGroup * kGroup;
+  uint8_t codes[kMaxPartDim];
   for (int tok = 0; tok < kSub; ++tok) {
     const float s = layout.scale(part, tok);  // the scales come first in both layouts
     float* xt = x + size_t(tok) * d_;
-    for (int g = 0; g < whole; ++g) {
-      uint32_t w[5] = {};  // the group's words, then a zero word for the last code's shift
-      for (int m = 0; m < bits_; ++m) std::memcpy(&w[m], words + ((size_t(g) * bits_ + m) * kSub + tok) * 4, 4);
-      for (int k = 0; k < kGroup; ++k) {
-        const int o = bits_ * k;
-        const uint64_t v = (uint64_t(w[(o >> 5) + 1]) << 32 | w[o >> 5]) >> (o & 31);
-        xt[g * kGroup + k] = 0.0f + s * levels_[v & mask];
-      }
-    }
-    for (int c = whole * kGroup; c < d_; ++c) xt[c] = 0.0f + s * levels_[size_t(code(part, tok, c))];
+    if (whole > 0) words.group_codes(part + kScaleBytes, tok, codes);
+    for (int c = 0; c < whole; ++c) xt[c] = 0.0f + s * levels_[codes[c]];
+    for (int c = whole; c < d_; ++c) xt[c] = 0.0f + s * levels_[size_t(code(part, tok, c))];
   }
 }
 
